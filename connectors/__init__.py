@@ -1,0 +1,1 @@
+"""splitsource connectors, one subpackage each. They use only the public ``splitsource`` API."""

@@ -1,0 +1,365 @@
+"""GeneratorSource: deterministic synthetic rows, the worked example of a splitsource connector.
+
+Options (all optional):
+
+=================  ==========================  ==============================================================
+option             default                     meaning
+=================  ==========================  ==============================================================
+rows               1000                        number of rows
+seed               0                           changes every generated value
+columns            id:bigint,value:double,     comma-separated ``name:type``; types bigint, int, double,
+                   name:string                 string, boolean, timestamp, binary; a trailing ``?`` makes
+                                               the column nullable (nulls at ``null_fraction``). A bigint
+                                               column named ``id`` holds the row number 0..rows-1.
+null_fraction      0.1                         share of nulls in nullable columns
+split_size_mb      32                          target split size (estimated bytes)
+split_rows         0                           rows per split; overrides split_size_mb when > 0
+batch_rows         65536                       rows per fetch
+fetch_delay_ms     0                           sleep per fetch, to simulate slow I/O (wake_up cuts it short)
+fail_at_row        -1                          inject a failure when the reader reaches this row
+fail_times         1                           how many times the injected failure fires (per reader)
+fail_kind          transient                   ``transient`` (retried from the split state) or ``fatal``
+=================  ==========================  ==============================================================
+
+Example::
+
+    spark.read.format("splitsource").option("connector", "generator").option("rows", "1000000").load()
+
+Every value is a pure function of (seed, column position, row number), so any split of the rows, read in any
+order, on any machine, yields the same rows: what makes the generator a good conformance subject.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from serializers import MsgpackRecordSerializer, SimpleVersionedSerializer
+from splitsource import (
+    EnumeratorState,
+    OptionsError,
+    RecordEmitter,
+    RecordsBySplits,
+    Source,
+    Split,
+    SplitEnumerator,
+    SplitEnumeratorContext,
+    SplitReader,
+    SplitReadError,
+    SplitState,
+    TransientSplitReadError,
+    option,
+)
+
+__all__ = ["GeneratorOptions", "GeneratorPosition", "GeneratorSource", "GeneratorSplit", "generate_batch"]
+
+_TYPES: dict[str, tuple[pa.DataType, int]] = {
+    "bigint": (pa.int64(), 8),
+    "int": (pa.int32(), 4),
+    "double": (pa.float64(), 8),
+    "string": (pa.string(), 14),
+    "boolean": (pa.bool_(), 1),
+    "timestamp": (pa.timestamp("us", tz="UTC"), 8),
+    "binary": (pa.binary(), 12),
+}
+_EPOCH_2020_US = 1_577_836_800_000_000
+_FIVE_YEARS_US = 5 * 365 * 86_400 * 1_000_000
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type_name: str
+    nullable: bool
+
+
+def parse_columns(spec: str) -> tuple[Column, ...]:
+    columns = []
+    for part in spec.split(","):
+        name, sep, type_name = part.strip().partition(":")
+        nullable = type_name.endswith("?")
+        type_name = type_name.rstrip("?").strip().lower()
+        if not sep or not name.strip():
+            raise ValueError(f"column '{part.strip()}' is not name:type")
+        if type_name not in _TYPES:
+            raise ValueError(f"column '{name}': unknown type '{type_name}'; accepted: {', '.join(_TYPES)}")
+        columns.append(Column(name.strip(), type_name, nullable))
+    names = [c.name for c in columns]
+    if len(set(names)) != len(names):
+        raise ValueError("column names must be unique")
+    return tuple(columns)
+
+
+@dataclass(frozen=True)
+class GeneratorOptions:
+    rows: int = option(1000, doc="number of rows", minimum=0)
+    seed: int = option(0, doc="changes every generated value")
+    columns: tuple[Column, ...] = option(
+        parse_columns("id:bigint,value:double,name:string"), doc="name:type[?],...", parse=parse_columns
+    )
+    null_fraction: float = option(0.1, doc="share of nulls in nullable columns", minimum=0.0, maximum=1.0)
+    split_size_mb: float = option(32.0, doc="target split size in MiB (estimated)", minimum=0.001)
+    split_rows: int = option(0, doc="rows per split; overrides split_size_mb when > 0", minimum=0)
+    batch_rows: int = option(65536, doc="rows per fetch", minimum=1)
+    fetch_delay_ms: int = option(0, doc="sleep per fetch (simulated I/O)", minimum=0)
+    fail_at_row: int = option(-1, doc="inject a failure at this row (-1: never)")
+    fail_times: int = option(1, doc="how often the injected failure fires", minimum=0)
+    fail_kind: str = option("transient", doc="transient or fatal", choices=("transient", "fatal"))
+
+    @property
+    def row_bytes(self) -> int:
+        return sum(_TYPES[c.type_name][1] for c in self.columns) or 1
+
+    @property
+    def rows_per_split(self) -> int:
+        if self.split_rows > 0:
+            return self.split_rows
+        return max(1, int(self.split_size_mb * 1024 * 1024) // self.row_bytes)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser: a cheap, well-spread hash of uint64 values."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def generate_batch(options: GeneratorOptions, schema: pa.Schema, start: int, end: int) -> pa.RecordBatch:
+    """Rows ``start``..``end`` (half-open) as one Arrow batch: the same values for the same rows, always."""
+    rows = np.arange(start, end, dtype=np.uint64)
+    arrays: list[pa.Array] = []
+    with np.errstate(over="ignore"):
+        for position, column in enumerate(options.columns):
+            salt = np.uint64((options.seed * 1_000_003 + position * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)
+            h = _mix(rows + salt)
+            mask = None
+            if column.nullable and options.null_fraction > 0:
+                mask = (_mix(h) % np.uint64(1_000_000)) < np.uint64(int(options.null_fraction * 1_000_000))
+            arrays.append(_column_values(column, rows, h, mask))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _column_values(column: Column, rows: np.ndarray, h: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+    kind = column.type_name
+    if kind == "bigint":
+        values: Any = rows.astype(np.int64) if column.name == "id" else h.view(np.int64)
+        return pa.array(values, type=pa.int64(), mask=mask)
+    if kind == "int":
+        return pa.array((h >> np.uint64(33)).astype(np.int32), type=pa.int32(), mask=mask)
+    if kind == "double":
+        return pa.array((h >> np.uint64(11)).astype(np.float64) * 2.0**-53, type=pa.float64(), mask=mask)
+    if kind == "boolean":
+        return pa.array((h & np.uint64(1)).astype(np.bool_), type=pa.bool_(), mask=mask)
+    if kind == "timestamp":
+        micros = (h % np.uint64(_FIVE_YEARS_US)).astype(np.int64) + _EPOCH_2020_US
+        return pa.array(micros, type=pa.timestamp("us", tz="UTC"), mask=mask)
+    digits = pc.cast(pa.array((h % np.uint64(1_000_000_000)).astype(np.int64)), pa.string())
+    text = pc.binary_join_element_wise(column.name, digits, "-")
+    if mask is not None:
+        text = pc.if_else(pa.array(mask), pa.nulls(len(text), pa.string()), text)
+    return text if kind == "string" else pc.cast(text, pa.binary())
+
+
+@dataclass(frozen=True)
+class GeneratorSplit(Split):
+    """Rows ``start``..``end`` (half-open) of split number ``index``; ``to_split`` narrows ``start``."""
+
+    index: int
+    start: int
+    end: int
+    row_bytes: int = 0
+
+    @property
+    def split_id(self) -> str:
+        return f"generator-{self.index}"
+
+    @property
+    def estimated_size_bytes(self) -> int:
+        return (self.end - self.start) * self.row_bytes
+
+
+class GeneratorSplitState(SplitState[GeneratorSplit]):
+    def __init__(self, split: GeneratorSplit) -> None:
+        self.split = split
+        self.offset = split.start
+
+    @property
+    def split_id(self) -> str:
+        return self.split.split_id
+
+    def to_split(self) -> GeneratorSplit:
+        return GeneratorSplit(self.split.index, self.offset, self.split.end, self.split.row_bytes)
+
+
+@dataclass(frozen=True)
+class GeneratorPosition:
+    """The enumerator's plan position: the index of the next split to cut."""
+
+    next_index: int
+
+
+class GeneratorEnumerator(SplitEnumerator[GeneratorSplit, GeneratorPosition]):
+    """Cuts ``rows`` into splits of ``rows_per_split`` on request; its state is one integer."""
+
+    def __init__(
+        self,
+        options: GeneratorOptions,
+        context: SplitEnumeratorContext | None = None,
+        position: GeneratorPosition = GeneratorPosition(0),
+        pending: Sequence[GeneratorSplit] = (),
+    ) -> None:
+        super().__init__(context, pending)
+        self._options = options
+        self._next = position.next_index
+
+    def generate_split(self) -> GeneratorSplit | None:
+        per = self._options.rows_per_split
+        start = self._next * per
+        if start >= self._options.rows:
+            return None
+        split = GeneratorSplit(self._next, start, min(start + per, self._options.rows), self._options.row_bytes)
+        self._next += 1
+        return split
+
+    def position(self) -> GeneratorPosition:
+        return GeneratorPosition(self._next)
+
+    def estimated_total_splits(self) -> int:
+        return -(-self._options.rows // self._options.rows_per_split)
+
+
+_Raw = tuple[int, pa.RecordBatch]  # (row after the batch, batch)
+
+
+class GeneratorSplitReader(SplitReader[GeneratorSplit, _Raw]):
+    """Generates ``batch_rows`` rows per fetch from the first unfinished split."""
+
+    def __init__(self, source: GeneratorSource) -> None:
+        self._source = source
+        self._options = source.options
+        self._schema = source.schema()
+        self._splits: list[GeneratorSplit] = []
+        self._offset = 0
+        self._woken = threading.Event()
+
+    def add_splits(self, splits: Sequence[GeneratorSplit]) -> None:
+        if not self._splits and splits:
+            self._offset = splits[0].start
+        self._splits.extend(splits)
+
+    def fetch(self) -> RecordsBySplits[_Raw]:
+        if not self._splits:
+            return RecordsBySplits()
+        split = self._splits[0]
+        if self._options.fetch_delay_ms and self._woken.wait(self._options.fetch_delay_ms / 1000):
+            self._woken.clear()
+            return RecordsBySplits()  # woken up: return at once, position unchanged
+        start = self._offset
+        end = min(start + self._options.batch_rows, split.end)
+        end = self._source._maybe_fail(start, end, split.split_id)
+        batches: list[tuple[str, _Raw]] = []
+        if end > start:
+            batches.append((split.split_id, (end, generate_batch(self._options, self._schema, start, end))))
+        self._offset = end
+        if end < split.end:
+            return RecordsBySplits(batches)
+        self._splits.pop(0)
+        if self._splits:
+            self._offset = self._splits[0].start
+        return RecordsBySplits(batches, frozenset({split.split_id}))
+
+    def wake_up(self) -> None:
+        self._woken.set()
+
+
+class GeneratorEmitter(RecordEmitter[_Raw, GeneratorSplit]):
+    def emit(self, raw: _Raw, state: SplitState[GeneratorSplit]) -> pa.RecordBatch:
+        assert isinstance(state, GeneratorSplitState)
+        end, batch = raw
+        state.offset = end
+        return batch
+
+
+GENERATOR_SPLIT_SERIALIZER: MsgpackRecordSerializer[GeneratorSplit] = MsgpackRecordSerializer(
+    "GeneratorSplitSerializer",
+    1,
+    to_fields=lambda s: [s.index, s.start, s.end, s.row_bytes],
+    from_fields=lambda f: GeneratorSplit(int(f[0]), int(f[1]), int(f[2]), int(f[3])),
+)
+GENERATOR_POSITION_SERIALIZER: MsgpackRecordSerializer[GeneratorPosition] = MsgpackRecordSerializer(
+    "GeneratorPositionSerializer",
+    1,
+    to_fields=lambda p: [p.next_index],
+    from_fields=lambda f: GeneratorPosition(int(f[0])),
+)
+
+
+class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorOptions]):
+    """Deterministic synthetic rows; see the module docstring for options."""
+
+    name = "generator"
+    options_class = GeneratorOptions
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self._failures: dict[str, int] = {}
+        self._lock = threading.Lock()
+        if self.options.rows_per_split < 1:
+            raise OptionsError("option 'split_rows': must give at least one row per split")
+
+    def schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, _TYPES[c.type_name][0], nullable=True) for c in self.options.columns])
+
+    def create_enumerator(self, context: SplitEnumeratorContext) -> GeneratorEnumerator:
+        return GeneratorEnumerator(self.options, context)
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext, state: EnumeratorState[GeneratorSplit, GeneratorPosition]
+    ) -> GeneratorEnumerator:
+        return GeneratorEnumerator(self.options, context, state.position, state.pending)
+
+    def create_split_reader(self) -> GeneratorSplitReader:
+        return GeneratorSplitReader(self)
+
+    def create_record_emitter(self) -> GeneratorEmitter:
+        return GeneratorEmitter()
+
+    def create_split_state(self, split: GeneratorSplit) -> GeneratorSplitState:
+        return GeneratorSplitState(split)
+
+    def split_serializer(self) -> SimpleVersionedSerializer[GeneratorSplit]:
+        return GENERATOR_SPLIT_SERIALIZER
+
+    def position_serializer(self) -> SimpleVersionedSerializer[GeneratorPosition]:
+        return GENERATOR_POSITION_SERIALIZER
+
+    def identity(self) -> dict[str, Any]:
+        o = self.options
+        return {
+            "connector": self.name, "rows": o.rows, "seed": o.seed,
+            "columns": ",".join(f"{c.name}:{c.type_name}{'?' if c.nullable else ''}" for c in o.columns),
+            "null_fraction": o.null_fraction,
+        }
+
+    def _maybe_fail(self, start: int, end: int, split_id: str) -> int:
+        """Cut the batch at ``fail_at_row`` and fail when a fetch starts there, ``fail_times`` times."""
+        at = self.options.fail_at_row
+        if at < 0 or not start <= at < end:
+            return end
+        with self._lock:
+            fired = self._failures.get(split_id, 0)
+            if fired >= self.options.fail_times:
+                return end
+            if start < at:
+                return at
+            self._failures[split_id] = fired + 1
+        message = f"injected failure at row {at} (split {split_id}, {fired + 1} of {self.options.fail_times})"
+        if self.options.fail_kind == "transient":
+            raise TransientSplitReadError(message)
+        raise SplitReadError(message)

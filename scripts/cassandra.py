@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""Install, start and stop a local Apache Cassandra 5.0 for tests, benchmarks and the demo job.
+
+Cassandra publishes no binary tarball on Maven Central, so this script resolves ``cassandra-all`` and its
+runtime dependencies with Maven (``scripts/cassandra/pom.xml``) into a cache directory and runs
+``CassandraDaemon`` directly on Java 17 with the JVM options of Cassandra's own ``jvm17-server.options``.
+
+Usage::
+
+    python scripts/cassandra.py install                 # fetch jars into the cache (idempotent)
+    python scripts/cassandra.py start [--nodes 2] [--num-tokens 16] [--dir DIR]
+    python scripts/cassandra.py nodetool NODE ARGS...   # e.g. nodetool 1 flush
+    python scripts/cassandra.py stop [--dir DIR]
+
+Every node binds only to loopback: node ``i`` listens on ``127.0.0.i`` (CQL port 9042 by default) with its
+JMX port at ``7199 + 100 * (i - 1)``. ``start`` returns once CQL answers on every node, or fails with the
+tail of the node's log. Only the standard library is used, so it runs before any package is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+CASSANDRA_VERSION = "5.0.6"
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("SPLITSOURCE_CACHE", Path.home() / ".cache" / "splitsource"))
+LIB_DIR = CACHE / f"cassandra-{CASSANDRA_VERSION}" / "lib"
+DEFAULT_DIR = Path(os.environ.get("SPLITSOURCE_CASSANDRA_DIR", "/tmp/splitsource-cassandra"))
+
+# From Cassandra 5.0's conf/jvm-server.options and conf/jvm17-server.options (the JPMS part is mandatory on 17).
+JVM17_OPTIONS = [
+    "-ea",
+    "-da:net.openhft...",
+    "-XX:+UseThreadPriorities",
+    "-Xss256k",
+    "-XX:+UseTLAB",
+    "-XX:+ResizeTLAB",
+    "-XX:+PerfDisableSharedMem",
+    "-Djava.net.preferIPv4Stack=true",
+    "-XX:+UseG1GC",
+    "-XX:+ParallelRefProcEnabled",
+    "-XX:MaxTenuringThreshold=1",
+    "-XX:MaxGCPauseMillis=300",
+    "-Djdk.attach.allowAttachSelf=true",
+    "--add-exports", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports", "java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
+    "--add-exports", "java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports", "java.rmi/sun.rmi.server=ALL-UNNAMED",
+    "--add-exports", "java.sql/java.sql=ALL-UNNAMED",
+    "--add-exports", "java.base/java.lang.ref=ALL-UNNAMED",
+    "--add-exports", "jdk.unsupported/sun.misc=ALL-UNNAMED",
+    "--add-exports", "jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports", "jdk.attach/sun.tools.attach=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.module=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.loader=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.reflect=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.math=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.module=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.util.jar=ALL-UNNAMED",
+    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens", "java.base/java.io=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens", "jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util=ALL-UNNAMED",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dio.netty.allocator.useCacheForAllThreads=true",
+    "-Dio.netty.allocator.maxOrder=11",
+]
+
+LOGBACK = """<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>${cassandra.logdir}/system.log</file>
+    <encoder><pattern>%-5level [%thread] %date{ISO8601} %F:%L - %msg%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="FILE"/></root>
+  <logger name="org.apache.cassandra" level="INFO"/>
+</configuration>
+"""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One local node: its index (1-based), address, ports and directory."""
+
+    index: int
+    root: Path
+    cql_port: int = 9042
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.{self.index}"
+
+    @property
+    def jmx_port(self) -> int:
+        return 7199 + 100 * (self.index - 1)
+
+    @property
+    def home(self) -> Path:
+        return self.root / f"node{self.index}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "cassandra.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "logs" / "system.log"
+
+
+def java_binary() -> str:
+    """Java 17 is what Cassandra 5.0 supports; prefer it over any newer default JDK."""
+    for candidate in (os.environ.get("CASSANDRA_JAVA_HOME"), "/usr/lib/jvm/java-17-openjdk-amd64",
+                      os.environ.get("JAVA_HOME")):
+        if candidate and (Path(candidate) / "bin" / "java").exists():
+            return str(Path(candidate) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise SystemExit("cassandra.py: no java found; install OpenJDK 17 (apt-get install openjdk-17-jdk-headless)")
+    return found
+
+
+def install() -> Path:
+    """Resolve cassandra-all and its dependencies into LIB_DIR; a no-op when already complete."""
+    marker = LIB_DIR / ".complete"
+    if marker.exists():
+        return LIB_DIR
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise SystemExit("cassandra.py: Maven (mvn) is needed to fetch Cassandra from Maven Central")
+    tmp = LIB_DIR.with_name("lib.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    print(f"cassandra.py: fetching Apache Cassandra {CASSANDRA_VERSION} from Maven Central into {LIB_DIR}",
+          flush=True)
+    subprocess.run(
+        [mvn, "-q", "-B", "-f", str(HERE / "cassandra" / "pom.xml"),
+         f"-Dcassandra.version={CASSANDRA_VERSION}", "dependency:copy-dependencies",
+         f"-DoutputDirectory={tmp}", "-DincludeScope=runtime"],
+        check=True,
+    )
+    shutil.rmtree(LIB_DIR, ignore_errors=True)
+    tmp.rename(LIB_DIR)
+    marker.touch()
+    return LIB_DIR
+
+
+def write_config(node: Node, nodes: int, num_tokens: int, cluster_name: str) -> Path:
+    conf = node.home / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    seeds = "127.0.0.1:7000"
+    data = node.home / "data"
+    yaml = f"""cluster_name: '{cluster_name}'
+num_tokens: {num_tokens}
+allocate_tokens_for_local_replication_factor: {min(nodes, 3)}
+partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+data_file_directories: ['{data / "data"}']
+commitlog_directory: '{data / "commitlog"}'
+saved_caches_directory: '{data / "saved_caches"}'
+hints_directory: '{data / "hints"}'
+cdc_raw_directory: '{data / "cdc_raw"}'
+commitlog_sync: periodic
+commitlog_sync_period: 10000ms
+seed_provider:
+  - class_name: org.apache.cassandra.locator.SimpleSeedProvider
+    parameters:
+      - seeds: "{seeds}"
+listen_address: {node.address}
+rpc_address: {node.address}
+storage_port: 7000
+native_transport_port: {node.cql_port}
+endpoint_snitch: SimpleSnitch
+start_native_transport: true
+authenticator: AllowAllAuthenticator
+authorizer: AllowAllAuthorizer
+read_request_timeout: 10000ms
+range_request_timeout: 20000ms
+write_request_timeout: 5000ms
+concurrent_compactors: 1
+compaction_throughput: 0MiB/s
+memtable_heap_space: 256MiB
+memtable_offheap_space: 256MiB
+key_cache_size: 16MiB
+dynamic_snitch: false
+auto_snapshot: false
+"""
+    (conf / "cassandra.yaml").write_text(yaml)
+    (conf / "logback.xml").write_text(LOGBACK)
+    return conf
+
+
+def cql_up(address: str, port: int, timeout: float = 1.0) -> bool:
+    """True when the CQL port accepts a connection and answers an OPTIONS frame."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as sock:
+            # CQL v4 OPTIONS frame: version 0x04, flags 0, stream 1, opcode 0x05, length 0.
+            sock.sendall(bytes([0x04, 0, 0, 1, 0x05, 0, 0, 0, 0]))
+            header = sock.recv(9)
+            return len(header) == 9 and header[4] == 0x06  # SUPPORTED
+    except OSError:
+        return False
+
+
+def running_pid(node: Node) -> int | None:
+    try:
+        pid = int(node.pid_file.read_text().strip())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def start_node(node: Node, nodes: int, num_tokens: int, heap_mb: int, cluster_name: str) -> subprocess.Popen[bytes]:
+    lib = install()
+    conf = write_config(node, nodes, num_tokens, cluster_name)
+    (node.home / "logs").mkdir(parents=True, exist_ok=True)
+    command = [
+        java_binary(), *JVM17_OPTIONS,
+        f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-Xmn128m",
+        f"-Dcassandra.config=file://{conf / 'cassandra.yaml'}",
+        f"-Dlogback.configurationFile=file://{conf / 'logback.xml'}",
+        f"-Dcassandra.logdir={node.home / 'logs'}",
+        f"-Dcassandra.storagedir={node.home / 'data'}",
+        f"-Dcassandra.jmx.local.port={node.jmx_port}",
+        "-Dcassandra-foreground=yes",
+        "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+        "-Dcassandra.ring_delay_ms=1000",
+        "-Dcassandra.superuser_setup_delay_ms=0",
+        "-Dcassandra.available_processors=2",
+        "-cp", f"{conf}:{lib}/*",
+        "org.apache.cassandra.service.CassandraDaemon",
+    ]
+    out = open(node.home / "logs" / "stdout.log", "ab")  # noqa: SIM115 - the child owns it
+    proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    node.pid_file.write_text(str(proc.pid))
+    return proc
+
+
+def wait_for_cql(node: Node, proc: subprocess.Popen[bytes] | None, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if cql_up(node.address, node.cql_port):
+            return
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"cassandra.py: node {node.index} exited with {proc.returncode}:\n{tail(node)}")
+        time.sleep(0.5)
+    raise SystemExit(f"cassandra.py: node {node.index} did not answer CQL on {node.address}:{node.cql_port} "
+                     f"in time:\n{tail(node)}")
+
+
+def tail(node: Node, lines: int = 30) -> str:
+    for path in (node.log_file, node.home / "logs" / "stdout.log"):
+        if path.exists():
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return "(no log)"
+
+
+def start(root: Path, nodes: int = 1, num_tokens: int = 16, heap_mb: int = 1024, timeout: float = 240.0,
+          fresh: bool = True, cluster_name: str = "splitsource") -> list[Node]:
+    """Start ``nodes`` nodes under ``root`` one after the other and wait for CQL on each."""
+    if fresh:
+        stop(root)
+        shutil.rmtree(root, ignore_errors=True)
+    started = []
+    for index in range(1, nodes + 1):
+        node = Node(index, root)
+        if running_pid(node) is None:
+            proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name)
+            wait_for_cql(node, proc, time.monotonic() + timeout)
+        started.append(node)
+    return started
+
+
+def restart_node(root: Path, index: int, nodes: int, num_tokens: int = 16, heap_mb: int = 1024,
+                 timeout: float = 240.0) -> None:
+    """Start one stopped node of an existing cluster again (its data directory is kept)."""
+    node = Node(index, root)
+    proc = start_node(node, nodes, num_tokens, heap_mb, "splitsource")
+    wait_for_cql(node, proc, time.monotonic() + timeout)
+
+
+def stop_node(node: Node, timeout: float = 60.0) -> None:
+    pid = running_pid(node)
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(pid, signal.SIGKILL)
+    node.pid_file.unlink(missing_ok=True)
+
+
+def stop(root: Path) -> None:
+    if not root.exists():
+        return
+    for home in sorted(root.glob("node*"), reverse=True):
+        stop_node(Node(int(home.name[4:]), root))
+
+
+def nodetool(root: Path, index: int, *args: str) -> str:
+    """Run ``nodetool`` against node ``index`` through its loopback JMX port."""
+    node = Node(index, root)
+    command = [java_binary(), "-Xmx256m", *[o for o in JVM17_OPTIONS if o.startswith("--") or "=" in o],
+               "-Dlogback.configurationFile=file:///dev/null",
+               "-cp", f"{install()}/*", "org.apache.cassandra.tools.NodeTool",
+               "-h", "127.0.0.1", "-p", str(node.jmx_port), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"nodetool {' '.join(args)} failed: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="where nodes keep data and logs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("install", help="fetch Cassandra's jars from Maven Central")
+    p_start = sub.add_parser("start", help="start a fresh local cluster and wait for CQL")
+    p_start.add_argument("--nodes", type=int, default=1, choices=(1, 2, 3))
+    p_start.add_argument("--num-tokens", type=int, default=16)
+    p_start.add_argument("--heap-mb", type=int, default=1024)
+    p_start.add_argument("--keep", action="store_true", help="keep existing data and running nodes")
+    sub.add_parser("stop", help="stop every node under --dir")
+    p_tool = sub.add_parser("nodetool", help="run nodetool against one node")
+    p_tool.add_argument("node", type=int)
+    p_tool.add_argument("args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command == "install":
+        print(install())
+    elif args.command == "start":
+        nodes = start(args.dir, args.nodes, args.num_tokens, args.heap_mb, fresh=not args.keep)
+        print(" ".join(f"{n.address}:{n.cql_port}" for n in nodes))
+    elif args.command == "stop":
+        stop(args.dir)
+    elif args.command == "nodetool":
+        print(nodetool(args.dir, args.node, *args.args), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""The FLIP-27 contracts: Source, Split, SplitState, SplitEnumerator, SplitReader, RecordEmitter.
+
+A connector author implements five small things and gets Spark reads, local runs, restartable copy jobs and the
+conformance kit for free:
+
+- a frozen :class:`Split` dataclass (a piece of the source, with a stable ``split_id``),
+- a :class:`SplitState` (the mutable position inside one split, convertible back to the remaining split),
+- a :class:`SplitEnumerator` with ``generate_split`` and ``position`` (the plan, cut lazily),
+- a :class:`SplitReader` with ``add_splits`` and ``fetch`` (the I/O),
+- a :class:`RecordEmitter` with ``emit`` (raw rows to Arrow, advancing the split state),
+
+tied together by a :class:`Source` subclass. The contracts below are checked by :mod:`splitsource.testing`.
+
+Exactly-once reading rests on one rule: **a split's records are a fixed, ordered sequence and a split state is a
+position in it.** ``SplitState.to_split()`` returns the split of the records not yet emitted, so a reader that
+resumes from it (after a retry, an add-back or a restore) neither repeats nor skips a record.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+import pyarrow as pa
+
+from serializers import SimpleVersionedSerializer
+from splitsource._errors import ProtocolError, TransientSplitReadError
+
+__all__ = [
+    "Boundedness",
+    "EnumeratorState",
+    "RecordEmitter",
+    "RecordsBySplits",
+    "Source",
+    "Split",
+    "SplitEnumerator",
+    "SplitEnumeratorContext",
+    "SplitReader",
+    "SplitState",
+]
+
+SplitT = TypeVar("SplitT", bound="Split")
+PositionT = TypeVar("PositionT")
+RawT = TypeVar("RawT")
+OptionsT = TypeVar("OptionsT")
+
+
+class Boundedness(enum.Enum):
+    """Whether a source ends. splitsource reads bounded sources; the enum exists so the question is explicit."""
+
+    BOUNDED = "bounded"
+    CONTINUOUS_UNBOUNDED = "continuous_unbounded"
+
+
+@dataclasses.dataclass(frozen=True)
+class Split(abc.ABC):
+    """An immutable, picklable piece of a source.
+
+    Contract:
+
+    - ``split_id`` is stable: the same piece of data has the same id in every run, on every machine, and after the
+      split was converted to a state and back (``to_split`` keeps the id and narrows the range).
+    - ``estimated_size_bytes`` is a best-effort size used to pack splits into Spark partitions and streaming
+      batches; 0 means unknown.
+    - subclasses are frozen dataclasses; they travel to executors by pickle but are *persisted* only through the
+      source's ``split_serializer``.
+    """
+
+    @property
+    @abc.abstractmethod
+    def split_id(self) -> str: ...
+
+    @property
+    def estimated_size_bytes(self) -> int:
+        return 0
+
+
+class SplitState(abc.ABC, Generic[SplitT]):
+    """The mutable position inside one split, owned by the record emitter.
+
+    ``to_split()`` returns a split that holds exactly the records not yet emitted. It may be called at any time
+    between two ``emit`` calls (the source reader never calls it during one).
+    """
+
+    @property
+    @abc.abstractmethod
+    def split_id(self) -> str: ...
+
+    @abc.abstractmethod
+    def to_split(self) -> SplitT: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class EnumeratorState(Generic[SplitT, PositionT]):
+    """A checkpoint of an enumerator: splits given back but not yet re-assigned, and the plan's position.
+
+    ``position`` is a connector-defined immutable value from which the enumerator continues generating splits
+    without re-planning what it covers; ``pending`` is served before anything new.
+    """
+
+    pending: tuple[SplitT, ...]
+    position: PositionT
+
+
+class SplitEnumeratorContext(abc.ABC):
+    """What an enumerator can ask of the runtime that drives it."""
+
+    @property
+    @abc.abstractmethod
+    def parallelism(self) -> int:
+        """Number of readers the runtime runs."""
+
+
+class _FixedContext(SplitEnumeratorContext):
+    def __init__(self, parallelism: int) -> None:
+        self._parallelism = parallelism
+
+    @property
+    def parallelism(self) -> int:
+        return self._parallelism
+
+
+class SplitEnumerator(abc.ABC, Generic[SplitT, PositionT]):
+    """Cuts a source into splits lazily, on request.
+
+    Subclasses implement :meth:`generate_split` and :meth:`position`; the base class adds the add-back queue,
+    snapshotting and the split-request protocol. Contract:
+
+    - **lazy**: a split is generated only when :meth:`next_split` is called, and memory does not grow with the
+      total number of splits (keep the plan compact: ranges, not a list of splits);
+    - **add-back first**: splits handed to :meth:`add_splits_back` are served before new ones, in order;
+    - :meth:`snapshot_state` returns an immutable copy; later calls on the enumerator do not change it;
+    - a restored enumerator (built by ``Source.restore_enumerator`` from a snapshot) continues from
+      ``position`` and never generates a split that the state already covers;
+    - once :meth:`next_split` has returned ``None`` it keeps returning ``None`` until splits are added back.
+
+    An enumerator is driven by one thread at a time; runtimes serialise calls.
+    """
+
+    def __init__(self, context: SplitEnumeratorContext | None = None, pending: Iterable[SplitT] = ()) -> None:
+        self.context = context or _FixedContext(1)
+        self._pending: collections.deque[SplitT] = collections.deque(pending)
+        self._closed = False
+
+    @abc.abstractmethod
+    def generate_split(self) -> SplitT | None:
+        """The next split of the plan, or ``None`` when the plan is exhausted."""
+
+    @abc.abstractmethod
+    def position(self) -> PositionT:
+        """An immutable value from which a restored enumerator continues the plan."""
+
+    def start(self) -> None:
+        """Called once before the first request; connect or read metadata here, not in ``__init__``."""
+
+    def estimated_total_splits(self) -> int | None:
+        """Best-effort number of splits of the whole plan, for progress reporting; ``None`` if unknown."""
+        return None
+
+    def next_split(self) -> SplitT | None:
+        """Serve an added-back split if there is one, else generate the next split, else ``None``."""
+        if self._closed:
+            raise ProtocolError(f"{type(self).__name__}: next_split() after close()")
+        if self._pending:
+            return self._pending.popleft()
+        return self.generate_split()
+
+    def add_splits_back(self, splits: Iterable[SplitT]) -> None:
+        """Take back splits (or remaining parts of splits) that a failed reader did not finish."""
+        self._pending.extend(splits)
+
+    def snapshot_state(self) -> EnumeratorState[SplitT, PositionT]:
+        return EnumeratorState(pending=tuple(self._pending), position=self.position())
+
+    def close(self) -> None:
+        self._closed = True
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordsBySplits(Generic[RawT]):
+    """What one :meth:`SplitReader.fetch` returns: raw batches per split and the splits it finished.
+
+    ``batches`` is a sequence of ``(split_id, raw_batch)`` in read order. ``finished`` lists splits that have no
+    record left; a split can be finished without ever producing a batch (an empty split), and must be reported
+    after (or with) its last batch.
+    """
+
+    batches: Sequence[tuple[str, RawT]] = ()
+    finished: frozenset[str] = frozenset()
+
+    @classmethod
+    def finished_only(cls, *split_ids: str) -> RecordsBySplits[Any]:
+        return cls((), frozenset(split_ids))
+
+
+class SplitReader(abc.ABC, Generic[SplitT, RawT]):
+    """Reads the records of its assigned splits, one bounded batch per :meth:`fetch`.
+
+    Contract:
+
+    - :meth:`fetch` returns a bounded amount of data (a page, a batch) and is re-entrant: after it returns or
+      raises, calling it again continues where the last successful fetch stopped;
+    - every assigned split is eventually reported in ``finished``, empty splits included;
+    - :meth:`wake_up` may be called from another thread; it makes a blocked or long :meth:`fetch` return
+      promptly (possibly with nothing) without losing its position;
+    - errors are raised, never swallowed or logged away; an error that a retry from the split state may cure is
+      raised as (or mapped by ``Source.is_transient`` to) a transient error;
+    - :meth:`close` releases connections; it is always called, also after an error.
+    """
+
+    @abc.abstractmethod
+    def add_splits(self, splits: Sequence[SplitT]) -> None:
+        """Assign more splits; they are read in order after the ones already assigned."""
+
+    @abc.abstractmethod
+    def fetch(self) -> RecordsBySplits[RawT]:
+        """Read the next bounded batch. Returns an empty result when there is nothing assigned."""
+
+    def wake_up(self) -> None:
+        """Make a blocked :meth:`fetch` return soon. Readers whose fetch never blocks long need not override."""
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+class RecordEmitter(abc.ABC, Generic[RawT, SplitT]):
+    """Turns one raw batch into an Arrow record batch and advances the split state.
+
+    ``emit`` must set the state to the position *after* ``raw`` (an absolute position carried by the raw batch,
+    not an increment), so emitting is idempotent with respect to the state.
+    """
+
+    @abc.abstractmethod
+    def emit(self, raw: RawT, state: SplitState[SplitT]) -> pa.RecordBatch | None: ...
+
+
+class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
+    """A bounded source: the factory for its enumerator, split reader, emitter and serializers.
+
+    A Source is built from string options (``Source(options)``), in the driver and again in every executor, so
+    its constructor must be cheap and deterministic; connect lazily. Class attributes:
+
+    - ``name``: the short name users pass as ``connector`` (``"generator"``, ``"cassandra"``);
+    - ``options_class``: a frozen dataclass of options (see :func:`splitsource.option`).
+    """
+
+    name: ClassVar[str] = ""
+    options_class: ClassVar[type[Any]]
+    boundedness: ClassVar[Boundedness] = Boundedness.BOUNDED
+
+    def __init__(self, options: Mapping[str, str] | OptionsT) -> None:
+        from splitsource._options import parse_options
+
+        if isinstance(options, Mapping):
+            self.options: OptionsT = parse_options(self.options_class, options, context=f"connector '{self.name}'")
+        else:
+            self.options = options
+
+    @abc.abstractmethod
+    def schema(self) -> pa.Schema:
+        """Arrow schema of the emitted batches (Spark-compatible types; see docs/connector-guide.md)."""
+
+    @abc.abstractmethod
+    def create_enumerator(self, context: SplitEnumeratorContext) -> SplitEnumerator[SplitT, PositionT]: ...
+
+    @abc.abstractmethod
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext, state: EnumeratorState[SplitT, PositionT]
+    ) -> SplitEnumerator[SplitT, PositionT]:
+        """Rebuild an enumerator from a snapshot without re-planning what ``state.position`` covers."""
+
+    @abc.abstractmethod
+    def create_split_reader(self) -> SplitReader[SplitT, RawT]: ...
+
+    @abc.abstractmethod
+    def create_record_emitter(self) -> RecordEmitter[RawT, SplitT]: ...
+
+    @abc.abstractmethod
+    def create_split_state(self, split: SplitT) -> SplitState[SplitT]: ...
+
+    @abc.abstractmethod
+    def split_serializer(self) -> SimpleVersionedSerializer[SplitT]: ...
+
+    @abc.abstractmethod
+    def position_serializer(self) -> SimpleVersionedSerializer[PositionT]: ...
+
+    def is_transient(self, error: BaseException) -> bool:
+        """Whether ``error`` from ``fetch`` may be cured by a retry from the split state."""
+        return isinstance(error, TransientSplitReadError)
+
+    def identity(self) -> Mapping[str, Any]:
+        """What makes two runs read the same data (for refusing a foreign checkpoint); secrets excluded."""
+        return {"connector": self.name}

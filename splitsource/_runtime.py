@@ -1,0 +1,159 @@
+"""A local runtime without Spark: one enumerator, N reader threads, dynamic split requests and add-back.
+
+It is what the conformance kit (:mod:`splitsource.testing`) runs connectors on, and a quick way to read a source
+in plain Python (``read_local(source)``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import pyarrow as pa
+
+from splitsource._api import EnumeratorState, Source, Split, SplitEnumerator, SplitEnumeratorContext
+from splitsource._source_reader import RetryPolicy, SourceReader
+
+__all__ = ["Checkpoint", "LocalRuntime", "RunResult", "read_local"]
+
+SplitT = TypeVar("SplitT", bound=Split)
+
+
+class _Context(SplitEnumeratorContext):
+    def __init__(self, parallelism: int) -> None:
+        self._parallelism = parallelism
+
+    @property
+    def parallelism(self) -> int:
+        return self._parallelism
+
+
+@dataclass(frozen=True)
+class Checkpoint(Generic[SplitT]):
+    """A consistent cut: the enumerator's state and the remaining splits of every reader."""
+
+    enumerator: EnumeratorState[SplitT, Any]
+    reader_splits: tuple[SplitT, ...]
+
+
+@dataclass
+class RunResult(Generic[SplitT]):
+    """Batches emitted by a run (per reader), and the checkpoint if the run was stopped early."""
+
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    checkpoint: Checkpoint[SplitT] | None = None
+    split_requests: int = 0
+    reader_failures: int = 0
+
+    def table(self, schema: pa.Schema) -> pa.Table:
+        return pa.Table.from_batches(self.batches, schema=schema)
+
+
+class LocalRuntime(Generic[SplitT]):
+    """Runs ``source`` with ``parallelism`` reader threads that request splits one at a time.
+
+    - ``restore``: start from a :class:`Checkpoint` instead of a fresh plan (the enumerator is restored from its
+      state and the readers' remaining splits are added back first);
+    - ``fail_readers``: reader index → number of batches after which that reader "crashes": its remaining splits
+      are added back to the enumerator and a fresh reader takes its place;
+    - ``stop_after_batches``: stop every reader once that many batches were emitted in total and return a
+      checkpoint of what is left.
+    """
+
+    def __init__(
+        self,
+        source: Source[SplitT, Any, Any, Any],
+        parallelism: int = 2,
+        *,
+        restore: Checkpoint[SplitT] | None = None,
+        retry: RetryPolicy | None = None,
+        queue_capacity: int = 2,
+    ) -> None:
+        self._source = source
+        self._parallelism = parallelism
+        self._retry = retry or RetryPolicy(initial_backoff=0.01, max_backoff=0.05)
+        self._queue_capacity = queue_capacity
+        context = _Context(parallelism)
+        self.enumerator: SplitEnumerator[SplitT, Any]
+        if restore is None:
+            self.enumerator = source.create_enumerator(context)
+        else:
+            self.enumerator = source.restore_enumerator(context, restore.enumerator)
+            self.enumerator.add_splits_back(restore.reader_splits)
+        self._lock = threading.Lock()
+
+    def run(
+        self, *, fail_readers: Mapping[int, int] | None = None, stop_after_batches: int | None = None
+    ) -> RunResult[SplitT]:
+        result: RunResult[SplitT] = RunResult()
+        failures = dict(fail_readers or {})
+        stop = threading.Event()
+        errors: list[BaseException] = []
+        leftovers: list[SplitT] = []
+        self.enumerator.start()
+
+        def request() -> SplitT | None:
+            with self._lock:
+                result.split_requests += 1
+                return self.enumerator.next_split()
+
+        def run_reader(index: int) -> None:
+            while True:
+                reader = SourceReader(
+                    self._source, request, queue_capacity=self._queue_capacity, retry=self._retry,
+                    name=f"reader-{index}",
+                )
+                crash_after = failures.pop(index, None)
+                emitted = 0
+                crashed = False
+                try:
+                    for batch in reader.read():
+                        with self._lock:
+                            result.batches.append(batch)
+                            emitted += 1
+                            if stop_after_batches is not None and len(result.batches) >= stop_after_batches:
+                                stop.set()
+                        if stop.is_set():
+                            break
+                        if crash_after is not None and emitted >= crash_after:
+                            crashed = True
+                            break
+                except BaseException as exc:
+                    errors.append(exc)
+                    stop.set()
+                    return
+                remaining = reader.snapshot_splits()
+                reader.close()
+                with self._lock:
+                    if crashed:
+                        result.reader_failures += 1
+                        self.enumerator.add_splits_back(remaining)
+                    else:
+                        leftovers.extend(remaining)
+                if not crashed:
+                    return
+
+        threads = [
+            threading.Thread(target=run_reader, args=(i,), name=f"local-reader-{i}", daemon=True)
+            for i in range(self._parallelism)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        if stop.is_set():
+            result.checkpoint = Checkpoint(self.enumerator.snapshot_state(), tuple(leftovers))
+        self.enumerator.close()
+        return result
+
+
+def read_local(source: Source[Any, Any, Any, Any], parallelism: int = 2) -> pa.Table:
+    """Read the whole source with the local runtime and return one table (row order is not defined)."""
+    result = LocalRuntime(source, parallelism).run()
+    return result.table(source.schema())
+
+
