@@ -162,7 +162,7 @@ class SourceReader(Generic[SplitT, RawT]):
         return unseen
 
     def _drain(self) -> list[SplitT]:
-        taken = []
+        taken: list[SplitT] = []
         while True:
             try:
                 item = self._queue.get_nowait()

@@ -113,7 +113,7 @@ class _SparkContext(SplitEnumeratorContext):
 
 
 @dataclass(frozen=True)
-class SplitsPartition(InputPartition):  # type: ignore[misc]
+class SplitsPartition(InputPartition):
     """One Spark partition: the splits one reader reads in order, and the driver's environment to check."""
 
     splits: tuple[Split, ...]
@@ -179,7 +179,7 @@ def check_executor(partition: SplitsPartition) -> None:
         )
 
 
-class SplitSourceBatchReader(DataSourceReader):  # type: ignore[misc]
+class SplitSourceBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._options = dict(options)
         self._expected = to_arrow_schema(schema, timezone="UTC")
@@ -221,7 +221,7 @@ class SplitSourceBatchReader(DataSourceReader):  # type: ignore[misc]
             yield conform_batch(batch, self._expected)
 
 
-class SplitSourceDataSource(DataSource):  # type: ignore[misc]
+class SplitSourceDataSource(DataSource):
     """``format("splitsource")``: read any splitsource connector into Spark.
 
     Example::

@@ -127,7 +127,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64 finaliser: a cheap, well-spread hash of uint64 values."""
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    out: np.ndarray = x ^ (x >> np.uint64(31))
+    return out
 
 
 def generate_batch(options: GeneratorOptions, schema: pa.Schema, start: int, end: int) -> pa.RecordBatch:

@@ -1,0 +1,216 @@
+"""The conformance kit: checks every connector's tests call (like Beam's ``source_test_utils``).
+
+Each check runs the connector on the local runtime (no Spark) and raises ``AssertionError`` with a readable
+message when a contract of :mod:`splitsource` is broken::
+
+    from splitsource import testing
+
+    def test_my_connector_conforms():
+        source = MySource({...})
+        testing.check_all(source, expected=my_reference_table)
+
+``expected`` is the whole source read some other way (the generator computes it, the Cassandra tests read it
+with the driver). Without it, a single-reader read is the reference, which still catches gaps and overlaps
+between parallel readers, restores and add-backs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Hashable
+from typing import Any
+
+import pyarrow as pa
+
+from serializers import read_envelope, write_envelope
+from splitsource._api import Source, Split
+from splitsource._runtime import Checkpoint, LocalRuntime
+from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
+
+__all__ = [
+    "LocalRuntime",
+    "check_add_back",
+    "check_all",
+    "check_parallel_read",
+    "check_serializers",
+    "check_snapshot_restore",
+    "check_wake_up_resume",
+    "rows_of",
+]
+
+AnySource = Source[Any, Any, Any, Any]
+
+
+def _hashable(value: Any) -> Hashable:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    return value  # type: ignore[no-any-return]
+
+
+def rows_of(data: pa.Table | list[pa.RecordBatch], schema: pa.Schema | None = None) -> Counter[Hashable]:
+    """The multiset of rows of ``data``, for order-independent comparison."""
+    table = data if isinstance(data, pa.Table) else pa.Table.from_batches(data, schema=schema)
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    return Counter(_hashable(row) for row in zip(*columns, strict=True))
+
+
+def _assert_same(actual: Counter[Hashable], expected: Counter[Hashable], what: str) -> None:
+    if actual == expected:
+        return
+    missing = expected - actual
+    extra = actual - expected
+    raise AssertionError(
+        f"{what}: {sum(missing.values())} row(s) missing, {sum(extra.values())} row(s) extra or duplicated; "
+        f"e.g. missing {list(missing)[:3]}, extra {list(extra)[:3]}"
+    )
+
+
+def _reference(source: AnySource, expected: pa.Table | None) -> Counter[Hashable]:
+    if expected is not None:
+        return rows_of(expected)
+    return rows_of(LocalRuntime(source, 1).run().batches, source.schema())
+
+
+def check_parallel_read(source: AnySource, expected: pa.Table | None = None, parallelism: int = 3) -> None:
+    """Reading every split with ``parallelism`` readers equals the whole source: no gap, no overlap."""
+    result = LocalRuntime(source, parallelism).run()
+    for batch in result.batches:
+        assert batch.schema.equals(source.schema()), f"batch schema {batch.schema} != source schema"
+    _assert_same(rows_of(result.batches, source.schema()), _reference(source, expected), "parallel read")
+
+
+def _round_trip_checkpoint(source: AnySource, checkpoint: Checkpoint[Any]) -> Checkpoint[Any]:
+    state = enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, checkpoint.enumerator))
+    splits = tuple(
+        read_envelope(source.split_serializer(), write_envelope(source.split_serializer(), s))
+        for s in checkpoint.reader_splits
+    )
+    return Checkpoint(state, splits)
+
+
+def check_snapshot_restore(
+    source: AnySource, expected: pa.Table | None = None, *, stop_after_batches: int = 1, parallelism: int = 2
+) -> None:
+    """Stop after ``stop_after_batches`` batches, round-trip the checkpoint through its serializers, restore
+    into a fresh runtime and finish: what was read before plus after equals the whole source exactly."""
+    first = LocalRuntime(source, parallelism).run(stop_after_batches=stop_after_batches)
+    batches = list(first.batches)
+    if first.checkpoint is not None:
+        restored = _round_trip_checkpoint(source, first.checkpoint)
+        batches += LocalRuntime(source, parallelism, restore=restored).run().batches
+    _assert_same(
+        rows_of(batches, source.schema()),
+        _reference(source, expected),
+        f"snapshot after {stop_after_batches} batch(es) and restore",
+    )
+
+
+def check_add_back(
+    source: AnySource, expected: pa.Table | None = None, *, fail_after_batches: int = 1, parallelism: int = 2
+) -> None:
+    """Reader 0 fails after ``fail_after_batches`` batches; its unfinished splits go back to the enumerator and
+    another reader finishes them: every record exactly once."""
+    result = LocalRuntime(source, parallelism).run(fail_readers={0: fail_after_batches})
+    _assert_same(
+        rows_of(result.batches, source.schema()),
+        _reference(source, expected),
+        f"add-back after a reader failure at batch {fail_after_batches}",
+    )
+
+
+def check_serializers(source: AnySource, max_splits: int = 1000) -> None:
+    """Every generated split, and the enumerator state after each split, round-trips through its serializer."""
+    enumerator = source.create_enumerator(LocalRuntime(source, 1).enumerator.context)
+    enumerator.start()
+    taken: list[Split] = []
+    for _ in range(max_splits):
+        state = enumerator.snapshot_state()
+        assert enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, state)) == state, (
+            "enumerator state does not round-trip through its serializer"
+        )
+        split = enumerator.next_split()
+        if split is None:
+            break
+        taken.append(split)
+        again = read_envelope(source.split_serializer(), write_envelope(source.split_serializer(), split))
+        assert again == split, f"split {split.split_id} does not round-trip: {again!r} != {split!r}"
+    ids = [s.split_id for s in taken]
+    assert len(ids) == len(set(ids)), "split ids are not unique"
+    if taken:
+        enumerator.add_splits_back(taken[:2])
+        state = enumerator.snapshot_state()
+        assert enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, state)) == state
+        assert enumerator.next_split() == taken[0], "an added-back split was not served first"
+    enumerator.close()
+
+
+def check_wake_up_resume(source: AnySource, timeout: float = 30.0) -> None:
+    """A fetch interrupted by ``wake_up`` returns promptly, and fetching on yields every record once."""
+    enumerator = source.create_enumerator(LocalRuntime(source, 1).enumerator.context)
+    enumerator.start()
+    split = enumerator.next_split()
+    enumerator.close()
+    if split is None:
+        return
+    reader = source.create_split_reader()
+    emitter = source.create_record_emitter()
+    state = source.create_split_state(split)
+    reader.add_splits([split])
+    out: list[pa.RecordBatch] = []
+    finished = False
+    woke = False
+
+    def drain(result: Any) -> bool:
+        for _, raw in result.batches:
+            batch = emitter.emit(raw, state)
+            if batch is not None:
+                out.append(batch)
+        return split.split_id in result.finished
+
+    try:
+        finished = drain(reader.fetch())
+        while not finished:
+            box: list[Any] = []
+            worker = threading.Thread(target=lambda out=box: out.append(reader.fetch()), daemon=True)
+            worker.start()
+            if not woke:
+                reader.wake_up()
+                woke = True
+            worker.join(timeout)
+            assert not worker.is_alive(), f"fetch did not return within {timeout}s after wake_up()"
+            finished = drain(box[0])
+    finally:
+        reader.close()
+    reference = _read_one_split(source, split)  # the same split, read without interruption
+    _assert_same(rows_of(out, source.schema()), rows_of(reference, source.schema()), "fetch after wake_up")
+
+
+def _read_one_split(source: AnySource, split: Split) -> list[pa.RecordBatch]:
+    reader = source.create_split_reader()
+    emitter = source.create_record_emitter()
+    state = source.create_split_state(split)
+    reader.add_splits([split])
+    out = []
+    try:
+        while True:
+            result = reader.fetch()
+            for _, raw in result.batches:
+                batch = emitter.emit(raw, state)
+                if batch is not None:
+                    out.append(batch)
+            if split.split_id in result.finished:
+                return out
+    finally:
+        reader.close()
+
+
+def check_all(source: AnySource, expected: pa.Table | None = None) -> None:
+    """Every check above with default parameters."""
+    check_serializers(source)
+    check_parallel_read(source, expected)
+    check_snapshot_restore(source, expected)
+    check_add_back(source, expected)
+    check_wake_up_resume(source)

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from splitsource import OptionsError, Secret, option, parse_options
+
+
+@dataclass(frozen=True)
+class Opts:
+    host: str = option(doc="required host")
+    port: int = option(9042, doc="port", minimum=1, maximum=65535)
+    ratio: float = option(0.5, doc="a ratio", minimum=0.0, maximum=1.0)
+    ssl: bool = option(False, doc="use TLS")
+    mode: str = option("fast", doc="mode", choices=("fast", "safe"))
+    password: Secret = option(Secret(""), doc="the password")
+
+
+def test_parses_typed_values_case_insensitively() -> None:
+    o = parse_options(Opts, {"HOST": "db", "Port": "1_000", "ratio": "0.25", "ssl": "TRUE", "mode": "safe"})
+    assert o == Opts(host="db", port=1000, ratio=0.25, ssl=True, mode="safe")
+
+
+def test_unknown_option_names_it_suggests_and_lists_valid_ones() -> None:
+    with pytest.raises(OptionsError) as info:
+        parse_options(Opts, {"host": "h", "prot": "1"}, context="connector 'x'")
+    message = str(info.value)
+    assert "unknown option 'prot' for connector 'x'" in message
+    assert "did you mean 'port'" in message
+    assert "host, mode, password, port, ratio, ssl" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "needle"),
+    [
+        ("port", "abc", "option 'port': invalid value 'abc'"),
+        ("port", "0", "option 'port': '0' is below the minimum 1"),
+        ("ratio", "2", "option 'ratio': '2' is above the maximum 1.0"),
+        ("ssl", "maybe", "option 'ssl': invalid value 'maybe': expected true or false"),
+        ("mode", "slow", "accepted: fast, safe"),
+    ],
+)
+def test_invalid_values_name_the_option(key: str, value: str, needle: str) -> None:
+    with pytest.raises(OptionsError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        parse_options(Opts, {"host": "h", key: value})
+
+
+def test_missing_required_option() -> None:
+    with pytest.raises(OptionsError, match="missing required option.*host"):
+        parse_options(Opts, {})
+
+
+def test_secret_never_shown() -> None:
+    o = parse_options(Opts, {"host": "h", "password": "hunter2"})
+    assert o.password.reveal() == "hunter2"
+    assert "hunter2" not in repr(o) and "hunter2" not in str(o)
+    with pytest.raises(OptionsError) as info:
+        parse_options(Opts, {"host": "h", "password": "hunter2", "port": "x"})
+    assert "hunter2" not in str(info.value)
+
+
+def test_options_are_frozen() -> None:
+    o = parse_options(Opts, {"host": "h"})
+    with pytest.raises(AttributeError):
+        o.port = 1  # type: ignore[misc]

@@ -1,0 +1,102 @@
+"""SourceReader: backpressure, retry from split state, errors naming the split, close."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from connectors.generator import GeneratorSource
+from splitsource import ProtocolError, RetryPolicy, SourceReader, SplitReadError
+from splitsource.testing import rows_of
+from tests.splitsource.fakes import FlakyConnectionSource
+
+FAST = RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.002)
+
+
+def supplier(source: GeneratorSource):  # type: ignore[no-untyped-def]
+    enumerator = source.create_enumerator(None)  # type: ignore[arg-type]
+    return enumerator.next_split
+
+
+def expected_ids(rows: int) -> list[int]:
+    return list(range(rows))
+
+
+def read_ids(source: GeneratorSource, retry: RetryPolicy = FAST) -> list[int]:
+    reader = SourceReader(source, supplier(source), retry=retry)
+    return [i for b in reader.read() for i in b.column("id").to_pylist()]
+
+
+def test_reads_every_row_in_split_order() -> None:
+    source = GeneratorSource({"rows": "10000", "split_rows": "3000", "batch_rows": "700"})
+    assert read_ids(source) == expected_ids(10000)
+
+
+def test_transient_failure_mid_split_resumes_without_duplicate_or_gap() -> None:
+    source = GeneratorSource(
+        {"rows": "10000", "split_rows": "3000", "batch_rows": "700", "fail_at_row": "4500", "fail_times": "2"}
+    )
+    reader = SourceReader(source, supplier(source), retry=FAST)
+    ids = [i for b in reader.read() for i in b.column("id").to_pylist()]
+    assert ids == expected_ids(10000)
+    assert reader.metrics.retries == 2
+
+
+def test_transient_failure_past_max_attempts_names_the_split() -> None:
+    source = GeneratorSource(
+        {"rows": "10000", "split_rows": "3000", "batch_rows": "700", "fail_at_row": "4500", "fail_times": "9"}
+    )
+    with pytest.raises(SplitReadError, match=r"split\(s\) generator-1 failed after 3 attempts: injected failure"):
+        read_ids(source)
+
+
+def test_fatal_failure_is_not_retried_and_names_the_split() -> None:
+    source = GeneratorSource({"rows": "1000", "split_rows": "300", "fail_at_row": "650", "fail_kind": "fatal"})
+    reader = SourceReader(source, supplier(source), retry=FAST)
+    with pytest.raises(SplitReadError, match=r"reading split\(s\) generator-2 failed: injected failure at row 650"):
+        list(reader.read())
+    assert reader.metrics.retries == 0
+
+
+def test_connection_error_declared_transient_rebuilds_the_split_reader() -> None:
+    source = FlakyConnectionSource(rows=5000, fail_every=3)
+    reader = SourceReader(source, source.enumerator().next_split, retry=FAST)
+    batches = list(reader.read())
+    assert rows_of(batches) == rows_of(source.expected())
+    assert source.readers_opened > 1  # every retry opened a new split reader from the split state
+
+
+def test_backpressure_bounds_what_the_fetcher_buffers() -> None:
+    source = GeneratorSource({"rows": "1000000", "split_rows": "1000000", "batch_rows": "1000"})
+    reader = SourceReader(source, supplier(source), queue_capacity=2)
+    it = reader.read()
+    next(it)
+    time.sleep(0.3)  # give an unbounded fetcher time to run ahead; a bounded one blocks
+    assert reader._queue.qsize() <= 2
+    it.close()  # abandoning the iteration closes the reader and stops the thread
+
+
+def test_close_stops_the_fetcher_thread() -> None:
+    source = GeneratorSource({"rows": "1000000", "batch_rows": "1000"})
+    reader = SourceReader(source, supplier(source), queue_capacity=1)
+    it = reader.read()
+    next(it)
+    it.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(t.name.endswith("-fetcher") for t in threading.enumerate()):
+        time.sleep(0.01)
+    assert not any(t.name.endswith("-fetcher") for t in threading.enumerate())
+
+
+def test_read_twice_is_a_protocol_error() -> None:
+    source = GeneratorSource({"rows": "10"})
+    reader = SourceReader(source, supplier(source))
+    list(reader.read())
+    with pytest.raises(ProtocolError, match="read\\(\\) called twice"):
+        list(reader.read())
+
+
+def test_empty_source_reads_nothing() -> None:
+    assert read_ids(GeneratorSource({"rows": "0"})) == []
