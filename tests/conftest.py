@@ -13,6 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Spark's Python workers are separate processes: they import the tests' own connectors (module:Class paths)
+# through PYTHONPATH, exactly as a user's executors would import the user's package.
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
 @pytest.fixture(scope="session")

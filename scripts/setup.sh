@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for splitsource: a virtualenv with the package (editable) and its test tools, and
+# Apache Cassandra 5.0's jars from Maven Central in ~/.cache/splitsource. Idempotent; safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# compat mode puts the repository on sys.path through a .pth file, which is what lets Spark's Python workers
+# discover the pyspark_splitsource module (they scan sys.path for pyspark_* modules).
+.venv/bin/python -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
+
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -q && apt-get install -y -q openjdk-17-jdk-headless maven
+  else
+    echo "setup: Java 17 and Maven are needed (apt-get install openjdk-17-jdk-headless maven)" >&2
+    exit 1
+  fi
+fi
+.venv/bin/python scripts/cassandra.py install >/dev/null
+echo "setup: ready (.venv, Cassandra jars in ${SPLITSOURCE_CACHE:-$HOME/.cache/splitsource})"

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Set up (if needed) and run every check: ruff, mypy --strict, and the whole pytest suite, which starts a real
+# local Cassandra and a local Spark itself. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+
+echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsource tests scripts bench
+echo "== mypy --strict"; mypy
+echo "== pytest"
+set +e
+timeout --signal=TERM 2400 python -m pytest -p no:cacheprovider "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "test.sh: pytest collected no tests: that is a failure" >&2
+  exit 1
+fi
+exit "$status"

@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Write golden serializer files for the current versions, never overwriting one that exists.
+
+A golden file freezes the bytes of one serializer version; tests read every golden file forever, so old
+checkpoints stay readable. Run after bumping a serializer's version, then commit the new files.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.golden_cases import CASES  # noqa: E402
+
+from serializers import write_envelope  # noqa: E402
+
+
+def main() -> int:
+    for name, (serializer, obj) in CASES.items():
+        path = ROOT / "tests" / "golden" / f"{name}-v{serializer.version}.bin"
+        if path.exists():
+            print(f"keep  {path.relative_to(ROOT)}")
+            continue
+        path.write_bytes(write_envelope(serializer, obj))
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""The objects frozen in tests/golden: one per persisted serializer, at its current version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connectors.generator import GeneratorPosition, GeneratorSource, GeneratorSplit
+from serializers import SimpleVersionedSerializer
+from splitsource import EnumeratorState, EnumeratorStateSerializer
+
+_gen = GeneratorSource({})
+
+CASES: dict[str, tuple[SimpleVersionedSerializer[Any], Any]] = {
+    "generator-split": (_gen.split_serializer(), GeneratorSplit(3, 3500, 4000, 30)),
+    "generator-position": (_gen.position_serializer(), GeneratorPosition(17)),
+    "generator-enumerator-state": (
+        EnumeratorStateSerializer(_gen.split_serializer(), _gen.position_serializer()),
+        EnumeratorState(pending=(GeneratorSplit(1, 1200, 2000, 30), GeneratorSplit(2, 2000, 3000, 30)),
+                        position=GeneratorPosition(5)),
+    ),
+}
