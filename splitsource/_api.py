@@ -83,7 +83,9 @@ class SplitState(abc.ABC, Generic[SplitT]):
     """The mutable position inside one split, owned by the record emitter.
 
     ``to_split()`` returns a split that holds exactly the records not yet emitted. It may be called at any time
-    between two ``emit`` calls (the source reader never calls it during one).
+    between two ``emit`` calls (the source reader never calls it during one). After the last batch of a split
+    was emitted, and before the reader reported the split finished, ``to_split()`` must return an *empty*
+    split, never the split from its start: a state must tell "at the start" from "at the end".
     """
 
     @property

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Spark's Python workers are separate processes: they import the tests' own connectors (module:Class paths)
 # through PYTHONPATH, exactly as a user's executors would import the user's package.
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +38,53 @@ def spark() -> Iterator[object]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@dataclass(frozen=True)
+class CassandraNode:
+    """Where the test Cassandra answers, and how to run nodetool on it (None with CASSANDRA_HOSTS)."""
+
+    hosts: str
+    port: int
+    root: Path | None
+
+    def nodetool(self, *args: str) -> str:
+        if self.root is None:
+            raise RuntimeError("nodetool needs a node started by scripts/cassandra.py: set SPLITSOURCE_CASSANDRA_DIR")
+        from scripts.cassandra import nodetool
+
+        return nodetool(self.root, 1, *args)
+
+    def session(self) -> Any:
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+        from cassandra.policies import RoundRobinPolicy
+
+        profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=60)
+        cluster = Cluster(self.hosts.split(","), port=self.port, protocol_version=5,
+                          execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+        return cluster, cluster.connect()
+
+
+@pytest.fixture(scope="session")
+def cassandra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CassandraNode]:
+    """A real Cassandra 5.0: CASSANDRA_HOSTS if set, else a single node (16 vnodes) started from the cache.
+
+    In CI the integration tests never skip: if the node cannot start, this fixture fails with its log tail.
+    """
+    if os.environ.get("CASSANDRA_HOSTS"):
+        own = os.environ.get("SPLITSOURCE_CASSANDRA_DIR")
+        port = int(os.environ.get("CASSANDRA_PORT", "9042"))
+        yield CassandraNode(os.environ["CASSANDRA_HOSTS"], port, Path(own) if own else None)
+        return
+    from scripts.cassandra import start, stop
+
+    root = tmp_path_factory.mktemp("cassandra")
+    try:
+        start(root, nodes=1, num_tokens=16, heap_mb=1024)
+    except SystemExit as exc:  # the script reports start-up failures as SystemExit with the log tail
+        stop(root)
+        pytest.fail(f"the test Cassandra did not start: {exc}", pytrace=False)
+    try:
+        yield CassandraNode("127.0.0.1", 9042, root)
+    finally:
+        stop(root)

@@ -1,0 +1,513 @@
+"""CassandraSource: a whole table, read by token range, page by page, resumable from the driver's paging state.
+
+Options:
+
+==================  ============  ===================================================================
+option              default       meaning
+==================  ============  ===================================================================
+keyspace            (required)    keyspace of the table
+table               (required)    table to read
+hosts               127.0.0.1     comma-separated contact points
+port                9042          CQL port
+local_dc            ""            data center to read from (empty: the driver's default)
+columns             ""            comma-separated projection (empty: every column)
+consistency         LOCAL_ONE     read consistency level
+fetch_size          5000          rows per page (one page per fetch)
+split_size_mb       64            target split size, from size estimates; minimum 1
+splits              0             a number of splits instead of a size (shared by estimated size)
+username            ""            for PasswordAuthenticator
+password            ""            never printed
+ssl                 false         use TLS; ssl_ca_file to verify the server
+ssl_ca_file         ""            CA certificate (PEM) for TLS
+connect_timeout_s   10            connecting and the control connection
+request_timeout_s   30            one page request
+==================  ============  ===================================================================
+
+Example::
+
+    (spark.read.format("splitsource").option("connector", "cassandra")
+     .option("keyspace", "shop").option("table", "orders").load())
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.cassandra._tokens import PARTITIONERS, PlanEntry, TokenRange, build_plan, ring_ranges
+from connectors.cassandra._types import arrow_type, column_converter
+from serializers import MsgpackRecordSerializer, SimpleVersionedSerializer
+from splitsource import (
+    EnumeratorState,
+    OptionsError,
+    RecordEmitter,
+    RecordsBySplits,
+    Secret,
+    Source,
+    Split,
+    SplitEnumerator,
+    SplitEnumeratorContext,
+    SplitReader,
+    SplitSourceError,
+    SplitState,
+    option,
+)
+
+__all__ = ["CassandraOptions", "CassandraPosition", "CassandraSource", "CassandraSplit"]
+
+log = logging.getLogger("splitsource.cassandra")
+_CONSISTENCY = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE")
+MIN_SPLIT_SIZE_MB = 1.0
+
+
+@dataclass(frozen=True)
+class CassandraOptions:
+    keyspace: str = option(doc="keyspace of the table")
+    table: str = option(doc="table to read")
+    hosts: str = option("127.0.0.1", doc="comma-separated contact points")
+    port: int = option(9042, doc="CQL port", minimum=1, maximum=65535)
+    local_dc: str = option("", doc="data center to read from")
+    columns: str = option("", doc="comma-separated projection (empty: all)")
+    consistency: str = option("LOCAL_ONE", doc="read consistency level", choices=_CONSISTENCY,
+                              parse=lambda s: s.strip().upper())
+    fetch_size: int = option(5000, doc="rows per page", minimum=1, maximum=1_000_000)
+    split_size_mb: float = option(64.0, doc="target split size in MiB", minimum=MIN_SPLIT_SIZE_MB)
+    splits: int = option(0, doc="number of splits instead of a size (0: by size)", minimum=0)
+    username: str = option("", doc="user name for PasswordAuthenticator")
+    password: Secret = option(Secret(""), doc="password (never printed)")
+    ssl: bool = option(False, doc="use TLS")
+    ssl_ca_file: str = option("", doc="CA certificate (PEM) to verify the server")
+    connect_timeout_s: float = option(10.0, doc="connect timeout in seconds", minimum=0.1)
+    request_timeout_s: float = option(30.0, doc="timeout of one page request in seconds", minimum=0.1)
+
+    @property
+    def host_list(self) -> list[str]:
+        return [h.strip() for h in self.hosts.split(",") if h.strip()]
+
+
+class CassandraConnectionError(SplitSourceError, ConnectionError):
+    """Cassandra could not be reached, refused the credentials, or has no such keyspace or table."""
+
+
+def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple[Any, Any]:
+    """A (cluster, session) pair; every failure becomes one clear :class:`CassandraConnectionError`."""
+    from cassandra import AuthenticationFailed
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.query import tuple_factory
+
+    kwargs: dict[str, Any] = {}
+    if options.username:
+        kwargs["auth_provider"] = PlainTextAuthProvider(options.username, options.password.reveal())
+    if options.ssl:
+        import ssl
+
+        context = ssl.create_default_context(cafile=options.ssl_ca_file or None)
+        if not options.ssl_ca_file:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        kwargs["ssl_context"] = context
+    cluster = Cluster(
+        options.host_list,
+        port=options.port,
+        execution_profiles={
+            EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.local_dc or None)),
+                request_timeout=options.request_timeout_s,
+                row_factory=tuple_factory,
+            )
+        },
+        connect_timeout=options.connect_timeout_s,
+        control_connection_timeout=options.connect_timeout_s,
+        schema_metadata_enabled=schema_metadata,
+        protocol_version=5,
+        **kwargs,
+    )
+    where = f"{options.hosts}:{options.port}"
+    try:
+        session = cluster.connect()
+    except NoHostAvailable as exc:
+        cluster.shutdown()
+        if any(isinstance(e, AuthenticationFailed) for e in exc.errors.values()):
+            raise CassandraConnectionError(
+                f"Cassandra at {where} refused the credentials of user '{options.username}'"
+            ) from None
+        reasons = "; ".join(f"{h}: {type(e).__name__}" for h, e in list(exc.errors.items())[:3])
+        raise CassandraConnectionError(
+            f"cannot reach Cassandra at {where} within {options.connect_timeout_s:g}s ({reasons}); "
+            "check the 'hosts' and 'port' options"
+        ) from None
+    except AuthenticationFailed:
+        cluster.shutdown()
+        raise CassandraConnectionError(f"Cassandra at {where} refused the credentials of user '{options.username}'")
+    return cluster, session
+
+
+def _table_metadata(cluster: Any, options: CassandraOptions) -> Any:
+    keyspace = cluster.metadata.keyspaces.get(options.keyspace)
+    if keyspace is None:
+        raise CassandraConnectionError(
+            f"option 'keyspace': keyspace '{options.keyspace}' does not exist at {options.hosts}"
+        )
+    table = keyspace.tables.get(options.table)
+    if table is None:
+        raise CassandraConnectionError(
+            f"option 'table': table '{options.keyspace}.{options.table}' does not exist; tables: "
+            f"{', '.join(sorted(keyspace.tables)) or '(none)'}"
+        )
+    return table
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class CassandraSplit(Split):
+    """Keys with ``start < token <= end``; ``paging_state`` is where a resumed read continues (None: start).
+
+    ``done`` marks a split whose last page was emitted: without it, a split read to the end (paging state None
+    again) could not be told from one never started, and a restore would read it twice.
+    """
+
+    start: int
+    end: int
+    estimated_bytes: int = 0
+    paging_state: bytes | None = None
+    rows_before: int = 0
+    done: bool = False
+
+    @property
+    def split_id(self) -> str:
+        return f"token({self.start},{self.end}]"
+
+    @property
+    def estimated_size_bytes(self) -> int:
+        return self.estimated_bytes
+
+
+class CassandraSplitState(SplitState[CassandraSplit]):
+    def __init__(self, split: CassandraSplit) -> None:
+        self.split = split
+        self.paging_state = split.paging_state
+        self.rows = split.rows_before
+        self.done = split.done
+
+    @property
+    def split_id(self) -> str:
+        return self.split.split_id
+
+    def to_split(self) -> CassandraSplit:
+        s = self.split
+        return CassandraSplit(s.start, s.end, s.estimated_bytes, self.paging_state, self.rows, self.done)
+
+
+@dataclass(frozen=True)
+class CassandraPosition:
+    """The plan (one entry per ring range, already sized) and a cursor: round ``round`` at entry ``entry``."""
+
+    plan: tuple[PlanEntry, ...]
+    round: int = 0
+    entry: int = 0
+
+
+class CassandraEnumerator(SplitEnumerator[CassandraSplit, CassandraPosition]):
+    """Plans once from the token ring and size estimates of every node; then cuts splits lazily.
+
+    Splits come in rounds over the interleaved plan (sub-range ``r`` of every range that has one), so
+    consecutive splits go to different replica sets. The state is the plan itself plus a cursor, so a restored
+    enumerator never contacts the cluster to re-plan.
+    """
+
+    def __init__(
+        self,
+        source: CassandraSource,
+        context: SplitEnumeratorContext | None,
+        position: CassandraPosition | None = None,
+        pending: Sequence[CassandraSplit] = (),
+    ) -> None:
+        super().__init__(context, pending)
+        self._source = source
+        self._position = position
+
+    def start(self) -> None:
+        if self._position is None:
+            self._position = CassandraPosition(self._source.plan())
+
+    def _pos(self) -> CassandraPosition:
+        if self._position is None:
+            self.start()
+        assert self._position is not None
+        return self._position
+
+    def generate_split(self) -> CassandraSplit | None:
+        pos = self._pos()
+        plan, rnd, entry = pos.plan, pos.round, pos.entry
+        max_parts = max((e.parts for e in plan), default=0)
+        while rnd < max_parts:
+            while entry < len(plan):
+                e = plan[entry]
+                entry += 1
+                if rnd < e.parts:
+                    self._position = CassandraPosition(plan, rnd, entry)
+                    sub = e.sub_range(rnd)
+                    return CassandraSplit(sub.start, sub.end, e.estimated_bytes // e.parts)
+            rnd, entry = rnd + 1, 0
+        self._position = CassandraPosition(plan, rnd, entry)
+        return None
+
+    def position(self) -> CassandraPosition:
+        return self._pos()
+
+    def estimated_total_splits(self) -> int:
+        return sum(e.parts for e in self._pos().plan)
+
+
+_Raw = tuple[list[tuple[Any, ...]], bytes | None]  # (rows of one page, paging state after it)
+
+
+class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
+    """One session and one prepared statement per reader; one page per fetch, resumable by paging state."""
+
+    def __init__(self, source: CassandraSource) -> None:
+        from cassandra import ConsistencyLevel
+
+        self._options = source.options
+        self._cluster, self._session = connect(self._options, schema_metadata=False)
+        self._statement = self._session.prepare(source.select_cql())
+        self._statement.consistency_level = getattr(ConsistencyLevel, self._options.consistency)
+        self._statement.fetch_size = self._options.fetch_size
+        self._splits: list[CassandraSplit] = []
+        self._paging: bytes | None = None
+        self._woken = threading.Event()
+
+    def add_splits(self, splits: Sequence[CassandraSplit]) -> None:
+        if not self._splits and splits:
+            self._paging = splits[0].paging_state
+        self._splits.extend(splits)
+
+    def fetch(self) -> RecordsBySplits[_Raw]:
+        if not self._splits:
+            return RecordsBySplits()
+        split = self._splits[0]
+        if split.done:
+            self._splits.pop(0)
+            self._paging = self._splits[0].paging_state if self._splits else None
+            return RecordsBySplits.finished_only(split.split_id)
+        done = threading.Event()
+        future = self._session.execute_async(
+            self._statement.bind((split.start, split.end)), paging_state=self._paging,
+            timeout=self._options.request_timeout_s,
+        )
+        future.add_callbacks(lambda _: done.set(), lambda _: done.set())
+        while not done.wait(0.05):
+            if self._woken.is_set():
+                self._woken.clear()
+                return RecordsBySplits()  # the page is requested again by the next fetch: reads are idempotent
+        result = future.result()  # raises the request's error, if any
+        rows = list(result.current_rows)
+        next_state = result.paging_state
+        batches = [(split.split_id, (rows, next_state))] if rows or next_state is None else []
+        if next_state is not None:
+            self._paging = next_state
+            return RecordsBySplits(batches)
+        self._splits.pop(0)
+        self._paging = self._splits[0].paging_state if self._splits else None
+        return RecordsBySplits(batches, frozenset({split.split_id}))
+
+    def wake_up(self) -> None:
+        self._woken.set()
+
+    def close(self) -> None:
+        self._cluster.shutdown()
+
+
+class CassandraEmitter(RecordEmitter[_Raw, CassandraSplit]):
+    """Rows (tuples) to one Arrow batch, column by column; sets the state to the page's paging state."""
+
+    def __init__(self, schema: pa.Schema, converters: Sequence[Any]) -> None:
+        self._schema = schema
+        self._converters = converters
+
+    def emit(self, raw: _Raw, state: SplitState[CassandraSplit]) -> pa.RecordBatch | None:
+        assert isinstance(state, CassandraSplitState)
+        rows, next_state = raw
+        state.paging_state = next_state
+        state.done = next_state is None
+        state.rows += len(rows)
+        if not rows:
+            return None
+        columns = list(zip(*rows, strict=True))
+        return pa.RecordBatch.from_arrays(
+            [convert(list(col)) for convert, col in zip(self._converters, columns, strict=True)], schema=self._schema
+        )
+
+
+def _entry_fields(e: PlanEntry) -> list[Any]:
+    return [str(e.start), str(e.end), e.parts, e.estimated_bytes]
+
+
+CASSANDRA_SPLIT_SERIALIZER: MsgpackRecordSerializer[CassandraSplit] = MsgpackRecordSerializer(
+    "CassandraSplitSerializer",
+    1,
+    # tokens as text: RandomPartitioner tokens do not fit msgpack's 64-bit integers
+    to_fields=lambda s: [str(s.start), str(s.end), s.estimated_bytes, s.paging_state, s.rows_before, s.done],
+    from_fields=lambda f: CassandraSplit(int(f[0]), int(f[1]), int(f[2]), f[3], int(f[4]), bool(f[5])),
+)
+CASSANDRA_POSITION_SERIALIZER: MsgpackRecordSerializer[CassandraPosition] = MsgpackRecordSerializer(
+    "CassandraPositionSerializer",
+    1,
+    to_fields=lambda p: [[_entry_fields(e) for e in p.plan], p.round, p.entry],
+    from_fields=lambda f: CassandraPosition(
+        tuple(PlanEntry(int(e[0]), int(e[1]), int(e[2]), int(e[3])) for e in f[0]), int(f[1]), int(f[2])
+    ),
+)
+
+
+class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraOptions]):
+    """A whole Cassandra table (or a projection of it); see the module docstring for options."""
+
+    name = "cassandra"
+    options_class = CassandraOptions
+    _warned_empty_estimates = False
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        if not self.options.host_list:
+            raise OptionsError("option 'hosts': give at least one host")
+        self._meta: tuple[list[str], list[str], pa.Schema, list[Any]] | None = None
+
+    def _metadata(self) -> tuple[list[str], list[str], pa.Schema, list[Any]]:
+        """(partition key columns in schema order, selected columns, Arrow schema, converters)."""
+        if self._meta is None:
+            cluster, _ = connect(self.options)
+            try:
+                table = _table_metadata(cluster, self.options)
+                pk = [c.name for c in table.partition_key]
+                wanted = [c.strip() for c in self.options.columns.split(",") if c.strip()] or list(table.columns)
+                unknown = [c for c in wanted if c not in table.columns]
+                if unknown:
+                    raise OptionsError(
+                        f"option 'columns': {', '.join(unknown)} not in {self.options.keyspace}.{self.options.table}; "
+                        f"columns: {', '.join(table.columns)}"
+                    )
+                _, session = cluster, cluster.connect()
+                prepared = session.prepare(
+                    f"SELECT {', '.join(_quote(c) for c in wanted)} FROM "
+                    f"{_quote(self.options.keyspace)}.{_quote(self.options.table)} LIMIT 1"
+                )
+                types = [col[3] for col in prepared.result_metadata]  # (keyspace, table, name, type)
+            finally:
+                cluster.shutdown()
+            schema = pa.schema([pa.field(n, arrow_type(t), nullable=True) for n, t in zip(wanted, types, strict=True)])
+            converters = [column_converter(t, n) for n, t in zip(wanted, types, strict=True)]
+            self._meta = (pk, wanted, schema, converters)
+        return self._meta
+
+    def select_cql(self) -> str:
+        pk, columns, _, _ = self._metadata()
+        token = f"token({', '.join(_quote(c) for c in pk)})"
+        return (
+            f"SELECT {', '.join(_quote(c) for c in columns)} FROM {_quote(self.options.keyspace)}."
+            f"{_quote(self.options.table)} WHERE {token} > ? AND {token} <= ?"
+        )
+
+    def schema(self) -> pa.Schema:
+        return self._metadata()[2]
+
+    def plan(self) -> tuple[PlanEntry, ...]:
+        """Read the ring and every node's size estimates, and size each range (see ``build_plan``)."""
+        o = self.options
+        cluster, session = connect(o)
+        try:
+            _table_metadata(cluster, o)
+            partitioner = str(cluster.metadata.partitioner).rsplit(".", 1)[-1]
+            if partitioner not in PARTITIONERS:
+                raise SplitSourceError(f"partitioner {partitioner} is not supported (Murmur3 and Random are)")
+            lo, hi = PARTITIONERS[partitioner]
+            token_map = cluster.metadata.token_map
+            ranges = ring_ranges((t.value for t in token_map.ring), lo, hi)
+            with_replicas = []
+            for r in ranges:
+                replicas = token_map.get_replicas(o.keyspace, token_map.token_class(r.end))
+                with_replicas.append((r, tuple(sorted(str(h.endpoint) for h in replicas))))
+            estimates: dict[TokenRange, int] = {}
+            for host in cluster.metadata.all_hosts():
+                rows = session.execute(
+                    "SELECT range_start, range_end, mean_partition_size, partitions_count FROM system.size_estimates "
+                    "WHERE keyspace_name = %s AND table_name = %s",
+                    (o.keyspace, o.table),
+                    host=host,
+                )
+                for range_start, range_end, mean_size, count in rows:
+                    size = int(mean_size) * int(count)
+                    for piece in _cut_at_bounds(int(range_start), int(range_end), lo, hi):
+                        estimates[piece] = estimates.get(piece, 0) + size
+            if not any(v > 0 for v in estimates.values()) and not CassandraSource._warned_empty_estimates:
+                CassandraSource._warned_empty_estimates = True
+                log.warning(
+                    "no size estimates for %s.%s yet (a fresh table, or estimates not refreshed): splitting by token "
+                    "width instead; run 'nodetool refreshsizeestimates' or set the 'splits' option",
+                    o.keyspace, o.table,
+                )
+            return build_plan(
+                with_replicas, estimates, split_bytes=int(o.split_size_mb * 1024 * 1024),
+                total_splits=o.splits, fallback_splits=max(32, len(ranges)),
+            )
+        finally:
+            cluster.shutdown()
+
+    def create_enumerator(self, context: SplitEnumeratorContext) -> CassandraEnumerator:
+        return CassandraEnumerator(self, context)
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext, state: EnumeratorState[CassandraSplit, CassandraPosition]
+    ) -> CassandraEnumerator:
+        return CassandraEnumerator(self, context, state.position, state.pending)
+
+    def create_split_reader(self) -> CassandraSplitReader:
+        return CassandraSplitReader(self)
+
+    def create_record_emitter(self) -> CassandraEmitter:
+        _, _, schema, converters = self._metadata()
+        return CassandraEmitter(schema, converters)
+
+    def create_split_state(self, split: CassandraSplit) -> CassandraSplitState:
+        return CassandraSplitState(split)
+
+    def split_serializer(self) -> SimpleVersionedSerializer[CassandraSplit]:
+        return CASSANDRA_SPLIT_SERIALIZER
+
+    def position_serializer(self) -> SimpleVersionedSerializer[CassandraPosition]:
+        return CASSANDRA_POSITION_SERIALIZER
+
+    def is_transient(self, error: BaseException) -> bool:
+        from cassandra import OperationTimedOut, ReadFailure, ReadTimeout, Unavailable
+        from cassandra.cluster import NoHostAvailable
+        from cassandra.connection import ConnectionException
+
+        transient = (ReadTimeout, Unavailable, ReadFailure, OperationTimedOut, NoHostAvailable, ConnectionException,
+                     CassandraConnectionError, ConnectionError)
+        return isinstance(error, transient) or super().is_transient(error)
+
+    def identity(self) -> dict[str, Any]:
+        o = self.options
+        return {"connector": self.name, "keyspace": o.keyspace, "table": o.table, "columns": o.columns}
+
+
+def _cut_at_bounds(start: int, end: int, lo: int, hi: int) -> list[TokenRange]:
+    """An estimate's range as ring pieces: a wrapping range ``(start, end]`` with end <= start is cut in two."""
+    if end > start:
+        return [TokenRange(start, end)]
+    pieces = []
+    if start < hi:
+        pieces.append(TokenRange(start, hi))
+    if end > lo:
+        pieces.append(TokenRange(lo, end))
+    return pieces

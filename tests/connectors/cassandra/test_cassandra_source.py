@@ -1,0 +1,189 @@
+"""The Cassandra connector against the real local Cassandra 5.0."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from connectors.cassandra import CassandraConnectionError, CassandraSource
+from splitsource import OptionsError, RetryPolicy, SourceReader, read_local, testing
+
+pytestmark = pytest.mark.cassandra
+KS = "splitsource_test"
+ROWS = 20_000
+
+
+@pytest.fixture(scope="module")
+def loaded(cassandra: Any) -> Iterator[Any]:
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    cluster, session = cassandra.session()
+    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KS} WITH replication = "
+                    "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+    session.execute(f"DROP TABLE IF EXISTS {KS}.orders")
+    session.execute(f"CREATE TABLE {KS}.orders (region text, id int, seq int, amount double, note text, "
+                    "PRIMARY KEY ((region, id), seq))")
+    insert = session.prepare(f"INSERT INTO {KS}.orders (region, id, seq, amount, note) VALUES (?, ?, ?, ?, ?)")
+    args = [(f"r{i % 7}", i // 2, i % 2, i * 0.5, None if i % 10 == 0 else f"note-{i}") for i in range(ROWS)]
+    execute_concurrent_with_args(session, insert, args, concurrency=64, raise_on_first_error=True)
+    cassandra.nodetool("flush", KS)
+    cassandra.nodetool("refreshsizeestimates")
+    yield cassandra
+    cluster.shutdown()
+
+
+def options(node: Any, **extra: str) -> dict[str, str]:
+    return {"hosts": node.hosts, "port": str(node.port), "keyspace": KS, "table": "orders", **extra}
+
+
+def driver_rows(node: Any, table: str = "orders", columns: str = "*") -> pa.Table:
+    """The reference: the table read directly with the driver, no splitting."""
+    source = CassandraSource(options(node, table=table))
+    cluster, session = node.session()
+    try:
+        rows = list(session.execute(f"SELECT {columns} FROM {KS}.{table}"))
+    finally:
+        cluster.shutdown()
+    emitter = source.create_record_emitter()
+    state = source.create_split_state(source.create_enumerator(None).next_split())  # type: ignore[arg-type]
+    batch = emitter.emit(([tuple(r) for r in rows], None), state)
+    return pa.Table.from_batches([batch] if batch is not None else [], schema=source.schema())
+
+
+def checksum(table: pa.Table) -> tuple[int, str]:
+    rows = sorted(repr(r) for r in testing.rows_of(table).elements())
+    return len(rows), hashlib.sha256("\n".join(rows).encode()).hexdigest()
+
+
+def test_full_read_equals_driver_read(loaded: Any) -> None:
+    source = CassandraSource(options(loaded))
+    assert checksum(read_local(source, 2)) == checksum(driver_rows(loaded))
+
+
+def test_size_estimates_from_the_server_drive_the_plan(loaded: Any) -> None:
+    plan = CassandraSource(options(loaded, split_size_mb="1")).plan()
+    assert sum(e.estimated_bytes for e in plan) > 0
+    total = sum(e.parts for e in plan)
+    assert total >= len(plan)  # every ring range at least once; dense ones more
+
+
+def test_conformance_kit(loaded: Any) -> None:
+    source = CassandraSource(options(loaded, fetch_size="700", splits="12"))
+    testing.check_all(source, expected=driver_rows(loaded))
+
+
+def test_restore_from_snapshot_reads_exactly_the_remainder(loaded: Any) -> None:
+    source = CassandraSource(options(loaded, fetch_size="500", splits="20"))
+    for cut in (1, 5, 17):
+        testing.check_snapshot_restore(source, driver_rows(loaded), stop_after_batches=cut)
+
+
+def test_projection_and_composite_partition_key(loaded: Any) -> None:
+    source = CassandraSource(options(loaded, columns="id,region,amount"))
+    assert source.select_cql().startswith('SELECT "id", "region", "amount" FROM')
+    assert 'token("region", "id")' in source.select_cql()  # partition key in schema order
+    table = read_local(source)
+    assert table.column_names == ["id", "region", "amount"] and table.num_rows == ROWS
+
+
+def test_read_timeouts_mid_scan_resume_from_paging_state(loaded: Any) -> None:
+    from cassandra import ReadTimeout
+
+    source = CassandraSource(options(loaded, fetch_size="300", splits="4"))
+    fetches = {"n": 0}
+    original = source.create_split_reader
+
+    def flaky_reader() -> Any:
+        reader = original()
+        real_fetch = reader.fetch
+
+        def fetch() -> Any:
+            fetches["n"] += 1
+            if fetches["n"] % 5 == 0:
+                raise ReadTimeout("injected read timeout", consistency=1, required_responses=1,
+                                  received_responses=0, data_retrieved=False)
+            return real_fetch()
+
+        reader.fetch = fetch  # type: ignore[method-assign]
+        return reader
+
+    source.create_split_reader = flaky_reader  # type: ignore[method-assign]
+    enumerator = source.create_enumerator(None)  # type: ignore[arg-type]
+    enumerator.start()
+    reader = SourceReader(source, enumerator.next_split, retry=RetryPolicy(3, 0.001, 0.01))
+    table = pa.Table.from_batches(list(reader.read()), schema=source.schema())
+    assert reader.metrics.retries >= 10
+    assert checksum(table) == checksum(driver_rows(loaded))
+
+
+def test_spark_count_and_checksum(loaded: Any, spark: Any) -> None:
+    df = spark.read.format("splitsource").option("connector", "cassandra").options(**options(loaded)).load()
+    assert df.count() == ROWS
+    assert checksum(df.toArrow().cast(CassandraSource(options(loaded)).schema())) == checksum(driver_rows(loaded))
+
+
+def test_every_cql_type_with_nulls_and_edges(loaded: Any) -> None:
+    cluster, session = loaded.session()
+    try:
+        session.execute(f"CREATE TYPE IF NOT EXISTS {KS}.address (street text, zip int)")
+        session.execute(f"DROP TABLE IF EXISTS {KS}.all_types")
+        session.execute(
+            f"CREATE TABLE {KS}.all_types (k int PRIMARY KEY, a ascii, t text, vc varchar, ti tinyint, si smallint, "
+            "i int, bi bigint, vi varint, de decimal, f float, d double, b boolean, bl blob, u uuid, tu timeuuid, "
+            "ip inet, ts timestamp, dt date, tm time, du duration, l list<int>, s set<text>, m map<text, int>, "
+            "tp tuple<int, text>, ad frozen<address>, fl frozen<list<int>>, v vector<float, 3>)"
+        )
+        session.execute(f"INSERT INTO {KS}.all_types (k) VALUES (0)")  # every other column null
+        session.execute(
+            f"INSERT INTO {KS}.all_types (k, a, t, vc, ti, si, i, bi, vi, de, f, d, b, bl, u, tu, ip, ts, dt, tm, du, "
+            "l, s, m, tp, ad, fl, v) VALUES (1, 'a', 'ünï', 'v', -128, 32767, -2147483648, 9223372036854775807, "
+            "123456789012345678901234567890, 3.14159265358979323846, 1.5, -0.0, true, 0xcafe, "
+            "123e4567-e89b-12d3-a456-426614174000, 50554d6e-29bb-11e5-b345-feff819cdc9f, '::1', "
+            "'2024-02-29T12:34:56.789Z', '1970-01-01', '23:59:59.999999999', 1mo2d3ns, [1, 2], {'x', 'y'}, "
+            "{'k': 1}, (7, 'seven'), {street: 'Main', zip: 12345}, [3], [1.0, 2.0, 3.0])"
+        )
+    finally:
+        cluster.shutdown()
+    source = CassandraSource(options(loaded, table="all_types"))
+    rows = {r["k"]: r for r in read_local(source).to_pylist()}
+    assert all(v is None for k, v in rows[0].items() if k != "k")
+    one = rows[1]
+    assert (one["ti"], one["si"], one["i"], one["bi"]) == (-128, 32767, -2147483648, 9223372036854775807)
+    assert one["vi"] == "123456789012345678901234567890" and Decimal(one["de"]) == Decimal("3.14159265358979323846")
+    assert one["t"] == "ünï" and one["bl"] == b"\xca\xfe" and one["ip"] == "::1"
+    assert one["u"] == str(uuid.UUID("123e4567-e89b-12d3-a456-426614174000"))
+    assert one["ts"] == datetime(2024, 2, 29, 12, 34, 56, 789000, tzinfo=timezone.utc)
+    assert one["dt"] == date(1970, 1, 1) and one["tm"] == 86_399_999_999_999
+    assert one["du"] == {"months": 1, "days": 2, "nanoseconds": 3}
+    assert one["l"] == [1, 2] and one["s"] == ["x", "y"] and one["m"] == [("k", 1)]
+    assert one["tp"] == {"f0": 7, "f1": "seven"} and one["ad"] == {"street": "Main", "zip": 12345}
+    assert one["fl"] == [3] and one["v"] == [1.0, 2.0, 3.0]
+
+
+def test_unknown_table_and_keyspace_are_named(loaded: Any) -> None:
+    with pytest.raises(CassandraConnectionError, match=r"option 'table': table 'splitsource_test.nope' does not exist"):
+        CassandraSource(options(loaded, table="nope")).schema()
+    with pytest.raises(CassandraConnectionError, match=r"option 'keyspace': keyspace 'nope' does not exist"):
+        CassandraSource(options(loaded, keyspace="nope")).schema()
+    with pytest.raises(OptionsError, match=r"option 'columns': bogus not in"):
+        CassandraSource(options(loaded, columns="id,bogus")).schema()
+
+
+def test_unreachable_host_fails_within_the_connect_timeout(loaded: Any) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(CassandraConnectionError, match=r"cannot reach Cassandra at 127.0.0.1:1 within 2s"):
+        CassandraSource(options(loaded, hosts="127.0.0.1", port="1", connect_timeout_s="2")).schema()
+    assert time.monotonic() - t0 < 15
+
+
+def test_password_never_shown(loaded: Any) -> None:
+    source = CassandraSource(options(loaded, username="u", password="s3cret!"))
+    assert "s3cret!" not in repr(source.options)
