@@ -112,9 +112,9 @@ def main() -> int:
                 for i in range(args.repeat):
                     target = out_dir / f"{name}-{op}-{i}"
                     if op == "count":
-                        times.append(timed(lambda: make().count()))
+                        times.append(timed(lambda m=make: m().count()))
                     else:
-                        times.append(timed(lambda: make().write.mode("overwrite").parquet(str(target))))
+                        times.append(timed(lambda m=make, t=target: m().write.mode("overwrite").parquet(str(t))))
                     shutil.rmtree(target, ignore_errors=True)
                 med = statistics.median(times)
                 results.setdefault(name, {})[op] = rows / med

@@ -13,9 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.golden_cases import CASES  # noqa: E402
-
 from serializers import write_envelope  # noqa: E402
+from tests.golden_cases import CASES  # noqa: E402
 
 
 def main() -> int:

@@ -145,7 +145,9 @@ def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple
         ) from None
     except AuthenticationFailed:
         cluster.shutdown()
-        raise CassandraConnectionError(f"Cassandra at {where} refused the credentials of user '{options.username}'")
+        raise CassandraConnectionError(
+            f"Cassandra at {where} refused the credentials of user '{options.username}'"
+        ) from None
     return cluster, session
 
 

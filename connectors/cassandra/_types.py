@@ -115,7 +115,8 @@ def _value_converter(cql_type: Any) -> Callable[[Any], Any] | None:
         def udt(v: Any) -> Any:
             if v is None:
                 return None
-            return {f: (c(getattr(v, f, None)) if c else getattr(v, f, None)) for f, c in zip(fields, convs, strict=True)}
+            values = {f: getattr(v, f, None) for f in fields}
+            return {f: (c(values[f]) if c else values[f]) for f, c in zip(fields, convs, strict=True)}
 
         return udt
     return None
