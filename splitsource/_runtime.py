@@ -13,21 +13,12 @@ from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
-from splitsource._api import EnumeratorState, Source, Split, SplitEnumerator, SplitEnumeratorContext
+from splitsource._api import EnumeratorState, Source, Split, SplitEnumerator, _FixedContext
 from splitsource._source_reader import RetryPolicy, SourceReader
 
 __all__ = ["Checkpoint", "LocalRuntime", "RunResult", "read_local"]
 
 SplitT = TypeVar("SplitT", bound=Split)
-
-
-class _Context(SplitEnumeratorContext):
-    def __init__(self, parallelism: int) -> None:
-        self._parallelism = parallelism
-
-    @property
-    def parallelism(self) -> int:
-        return self._parallelism
 
 
 @dataclass(frozen=True)
@@ -75,7 +66,7 @@ class LocalRuntime(Generic[SplitT]):
         self._parallelism = parallelism
         self._retry = retry or RetryPolicy(initial_backoff=0.01, max_backoff=0.05)
         self._queue_capacity = queue_capacity
-        context = _Context(parallelism)
+        context = _FixedContext(parallelism)
         self.enumerator: SplitEnumerator[SplitT, Any]
         if restore is None:
             self.enumerator = source.create_enumerator(context)

@@ -33,7 +33,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from splitsource._api import Source, Split, SplitEnumeratorContext
+from splitsource._api import Source, Split, _FixedContext
 from splitsource._errors import ExecutorEnvironmentError
 from splitsource._options import option, parse_options
 from splitsource._registry import resolve_connector
@@ -101,15 +101,6 @@ def conform_batch(batch: pa.RecordBatch, expected: pa.Schema) -> pa.RecordBatch:
     ] == [f.type for f in expected]:
         return pa.RecordBatch.from_arrays(batch.columns, schema=expected)
     return batch.cast(expected)
-
-
-class _SparkContext(SplitEnumeratorContext):
-    def __init__(self, parallelism: int) -> None:
-        self._parallelism = parallelism
-
-    @property
-    def parallelism(self) -> int:
-        return self._parallelism
 
 
 @dataclass(frozen=True)
@@ -186,7 +177,7 @@ class SplitSourceBatchReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         framework, source = build_source(self._options)
-        enumerator = source.create_enumerator(_SparkContext(max(framework.partitions, 1)))
+        enumerator = source.create_enumerator(_FixedContext(max(framework.partitions, 1)))
         enumerator.start()
         splits = []
         try:

@@ -388,7 +388,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
     def _metadata(self) -> tuple[list[str], list[str], pa.Schema, list[Any]]:
         """(partition key columns in schema order, selected columns, Arrow schema, converters)."""
         if self._meta is None:
-            cluster, _ = connect(self.options)
+            cluster, session = connect(self.options)
             try:
                 table = _table_metadata(cluster, self.options)
                 pk = [c.name for c in table.partition_key]
@@ -399,7 +399,6 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                         f"option 'columns': {', '.join(unknown)} not in {self.options.keyspace}.{self.options.table}; "
                         f"columns: {', '.join(table.columns)}"
                     )
-                _, session = cluster, cluster.connect()
                 prepared = session.prepare(
                     f"SELECT {', '.join(_quote(c) for c in wanted)} FROM "
                     f"{_quote(self.options.keyspace)}.{_quote(self.options.table)} LIMIT 1"
