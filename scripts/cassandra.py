@@ -156,10 +156,10 @@ def install() -> Path:
     return LIB_DIR
 
 
-def write_config(node: Node, nodes: int, num_tokens: int, cluster_name: str) -> Path:
+def write_config(node: Node, nodes: int, num_tokens: int, cluster_name: str, seed: int = 1) -> Path:
     conf = node.home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
-    seeds = "127.0.0.1:7000"
+    seeds = f"127.0.0.{seed}:7000"
     data = node.home / "data"
     yaml = f"""cluster_name: '{cluster_name}'
 num_tokens: {num_tokens}
@@ -221,9 +221,10 @@ def running_pid(node: Node) -> int | None:
         return None
 
 
-def start_node(node: Node, nodes: int, num_tokens: int, heap_mb: int, cluster_name: str) -> subprocess.Popen[bytes]:
+def start_node(node: Node, nodes: int, num_tokens: int, heap_mb: int, cluster_name: str,
+               seed: int = 1) -> subprocess.Popen[bytes]:
     lib = install()
-    conf = write_config(node, nodes, num_tokens, cluster_name)
+    conf = write_config(node, nodes, num_tokens, cluster_name, seed)
     (node.home / "logs").mkdir(parents=True, exist_ok=True)
     command = [
         java_binary(), *JVM17_OPTIONS,
@@ -267,34 +268,39 @@ def tail(node: Node, lines: int = 30) -> str:
 
 
 def start(root: Path, nodes: int = 1, num_tokens: int = 16, heap_mb: int = 1024, timeout: float = 240.0,
-          fresh: bool = True, cluster_name: str = "splitsource") -> list[Node]:
-    """Start ``nodes`` nodes under ``root`` one after the other and wait for CQL on each."""
+          fresh: bool = True, cluster_name: str = "splitsource", first: int = 1) -> list[Node]:
+    """Start ``nodes`` nodes under ``root`` one after the other and wait for CQL on each.
+
+    Nodes are numbered from ``first`` (node ``i`` listens on 127.0.0.i, JMX on 7199 + 100 * (i - 1)) and node
+    ``first`` is the seed, so a second cluster (``first=3``) can run beside the default one.
+    """
     if fresh:
         stop(root)
         shutil.rmtree(root, ignore_errors=True)
     started = []
-    for index in range(1, nodes + 1):
+    for index in range(first, first + nodes):
         node = Node(index, root)
         if running_pid(node) is None:
-            proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name)
+            proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name, seed=first)
             wait_for_cql(node, proc, time.monotonic() + timeout)
         started.append(node)
     return started
 
 
 def restart_node(root: Path, index: int, nodes: int, num_tokens: int = 16, heap_mb: int = 1024,
-                 timeout: float = 240.0) -> None:
+                 timeout: float = 240.0, first: int = 1, cluster_name: str = "splitsource") -> None:
     """Start one stopped node of an existing cluster again (its data directory is kept)."""
     node = Node(index, root)
-    proc = start_node(node, nodes, num_tokens, heap_mb, "splitsource")
+    proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name, seed=first)
     wait_for_cql(node, proc, time.monotonic() + timeout)
 
 
-def stop_node(node: Node, timeout: float = 60.0) -> None:
+def stop_node(node: Node, timeout: float = 60.0, sig: int = signal.SIGTERM) -> None:
+    """Stop one node: SIGTERM drains it cleanly; SIGKILL is a crash (its commit log replays on restart)."""
     pid = running_pid(node)
     if pid is None:
         return
-    os.kill(pid, signal.SIGTERM)
+    os.kill(pid, sig)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -337,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     p_start.add_argument("--num-tokens", type=int, default=16)
     p_start.add_argument("--heap-mb", type=int, default=1024)
     p_start.add_argument("--keep", action="store_true", help="keep existing data and running nodes")
+    p_start.add_argument("--first", type=int, default=1, help="number of the first node (address 127.0.0.N)")
     sub.add_parser("stop", help="stop every node under --dir")
     p_tool = sub.add_parser("nodetool", help="run nodetool against one node")
     p_tool.add_argument("node", type=int)
@@ -345,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "install":
         print(install())
     elif args.command == "start":
-        nodes = start(args.dir, args.nodes, args.num_tokens, args.heap_mb, fresh=not args.keep)
+        nodes = start(args.dir, args.nodes, args.num_tokens, args.heap_mb, fresh=not args.keep, first=args.first)
         print(" ".join(f"{n.address}:{n.cql_port}" for n in nodes))
     elif args.command == "stop":
         stop(args.dir)

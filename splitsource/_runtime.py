@@ -37,6 +37,7 @@ class RunResult(Generic[SplitT]):
     checkpoint: Checkpoint[SplitT] | None = None
     split_requests: int = 0
     reader_failures: int = 0
+    retries: int = 0
 
     def table(self, schema: pa.Schema) -> pa.Table:
         return pa.Table.from_batches(self.batches, schema=schema)
@@ -118,6 +119,7 @@ class LocalRuntime(Generic[SplitT]):
                 remaining = reader.snapshot_splits()
                 reader.close()
                 with self._lock:
+                    result.retries += reader.metrics.retries
                     if crashed:
                         result.reader_failures += 1
                         self.enumerator.add_splits_back(remaining)

@@ -1,0 +1,156 @@
+"""The Cassandra connector on a two-node cluster (127.0.0.3 and .4, one token each) started for this module.
+
+The session's own node has 16 vnodes; this cluster has ``num_tokens: 1``, so the two together cover both ends of
+the ring layouts users run. The cluster runs beside the session node (other addresses, other JMX ports).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from connectors.cassandra import CassandraSource
+from splitsource import LocalRuntime, RetryPolicy, read_local
+
+from .test_cassandra_source import checksum
+
+pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
+KS = "splitsource_ring"
+ROWS = 30_000
+FIRST, NODES = 3, 2
+
+
+class Ring:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.hosts = ",".join(f"127.0.0.{i}" for i in range(FIRST, FIRST + NODES))
+
+    def nodetool(self, index: int, *args: str) -> str:
+        from scripts.cassandra import nodetool
+
+        return nodetool(self.root, index, *args)
+
+    def session(self) -> Any:
+        from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+        from cassandra.policies import RoundRobinPolicy
+
+        profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=60)
+        cluster = Cluster(self.hosts.split(","), protocol_version=5, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+        return cluster, cluster.connect()
+
+    def options(self, **extra: str) -> dict[str, str]:
+        return {"hosts": self.hosts, "keyspace": KS, "table": "events", **extra}
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    from scripts.cassandra import start, stop
+
+    reuse = os.environ.get("SPLITSOURCE_RING_DIR")  # a cluster already started with --first 3 --nodes 2
+    root = Path(reuse) if reuse else tmp_path_factory.mktemp("ring")
+    if not reuse:
+        try:
+            start(root, nodes=NODES, num_tokens=1, heap_mb=768, first=FIRST)
+        except SystemExit as exc:
+            stop(root)
+            pytest.fail(f"the two-node test cluster did not start: {exc}", pytrace=False)
+    ring = Ring(root)
+    cluster, session = ring.session()
+    try:
+        session.execute(f"DROP KEYSPACE IF EXISTS {KS}")
+        session.execute(f"CREATE KEYSPACE {KS} WITH replication = {{'class': 'SimpleStrategy', "
+                        "'replication_factor': 1}")
+        session.execute(f"CREATE TABLE {KS}.events (id bigint PRIMARY KEY, kind text, payload blob)")
+        insert = session.prepare(f"INSERT INTO {KS}.events (id, kind, payload) VALUES (?, ?, ?)")
+        args = [(i, f"k{i % 13}", i.to_bytes(8, "big") * 8) for i in range(ROWS)]
+        execute_concurrent_with_args(session, insert, args, concurrency=64, raise_on_first_error=True)
+    finally:
+        cluster.shutdown()
+    for index in range(FIRST, FIRST + NODES):
+        ring.nodetool(index, "flush", KS)
+        ring.nodetool(index, "refreshsizeestimates")
+    yield ring
+    if not reuse:
+        stop(root)
+
+
+def reference(ring: Ring) -> pa.Table:
+    cluster, session = ring.session()
+    try:
+        rows = [tuple(r) for r in session.execute(f"SELECT id, kind, payload FROM {KS}.events")]
+    finally:
+        cluster.shutdown()
+    ids, kinds, payloads = zip(*rows, strict=True)
+    schema = CassandraSource(ring.options()).schema()
+    return pa.table([pa.array(ids, pa.int64()), pa.array(kinds), pa.array(payloads, pa.binary())], schema=schema)
+
+
+def test_one_token_per_node_ring_is_covered_and_sized_from_both_nodes(ring: Ring) -> None:
+    source = CassandraSource(ring.options(split_size_mb="1"))
+    plan = source.plan()
+    # two nodes with one token each: two ring ranges, the wrapping one cut at the ring's end, so three entries
+    # that tile the ring from the minimum token to the maximum, each sized by its own node's estimate
+    assert len(plan) == 3
+    assert plan[0].start == -(2**63) and plan[-1].end == 2**63 - 1
+    assert all(a.end == b.start for a, b in zip(plan, plan[1:], strict=False))
+    assert all(entry.estimated_bytes > 0 for entry in plan)
+    assert sum(entry.parts for entry in plan) >= 2
+    assert checksum(read_local(source, 2)) == checksum(reference(ring))
+
+
+def test_spark_count_on_two_nodes(ring: Ring, spark: Any) -> None:
+    df = spark.read.format("splitsource").option("connector", "cassandra").options(**ring.options()).load()
+    assert df.count() == ROWS
+
+
+def test_scan_survives_a_node_crash_and_restart_mid_scan(ring: Ring) -> None:
+    """Kill node 4 (SIGKILL) while splits on it are half read; the scan waits, resumes from paging state, and
+    the result is exact once the node is back."""
+    from scripts.cassandra import Node, restart_node, stop_node
+
+    pages = {"n": 0}
+    source = CassandraSource(ring.options(fetch_size="100", splits="8"))
+    original = source.create_split_reader
+
+    def slow_reader() -> Any:
+        reader = original()
+        real_fetch = reader.fetch
+
+        def fetch() -> Any:
+            time.sleep(0.02)  # spread the scan over a few seconds so the crash lands in its middle
+            records = real_fetch()
+            pages["n"] += 1
+            return records
+
+        reader.fetch = fetch  # type: ignore[method-assign]
+        return reader
+
+    source.create_split_reader = slow_reader  # type: ignore[method-assign]
+    runtime = LocalRuntime(source, 2, retry=RetryPolicy(max_attempts=60, initial_backoff=0.2, max_backoff=2.0))
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.update(result=runtime.run()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while pages["n"] < 40 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pages["n"] >= 40, "the scan did not make progress before the crash"
+    stop_node(Node(FIRST + 1, ring.root), sig=signal.SIGKILL)
+    pages_at_crash = pages["n"]
+    restart_node(ring.root, FIRST + 1, NODES, num_tokens=1, heap_mb=768, first=FIRST)
+    thread.join(timeout=180)
+    assert not thread.is_alive(), "the scan did not finish after the node came back"
+    assert "result" in outcome, "the scan failed instead of waiting for the node"
+    assert pages["n"] > pages_at_crash
+    assert outcome["result"].retries > 0, "the crash never reached the reader: the test proved nothing"
+    table = outcome["result"].table(source.schema())
+    assert checksum(table) == checksum(reference(ring))
