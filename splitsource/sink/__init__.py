@@ -1,0 +1,52 @@
+"""The bucketing sink: exactly-once part files with Flink BucketingSink semantics (FLIP-143 roles).
+
+The core (:class:`BucketingSinkWriter`, :class:`FileCommitter`, :class:`BucketingGlobalCommitter`) does not
+depend on Spark; ``format("bucketing")`` (:class:`BucketingDataSource`) runs it in Spark batch and streaming
+writes. States, guarantees and options: ``docs/sink.md``.
+"""
+
+from splitsource.sink._bucketers import BasePathBucketer, Bucketer, ColumnBucketer, DateTimeBucketer, encode_segment
+from splitsource.sink._committer import (
+    COMMIT_RECORD_SERIALIZER,
+    META_DIR,
+    BucketingGlobalCommitter,
+    CommitRecord,
+    FileCommitter,
+)
+from splitsource.sink._files import (
+    PENDING_FILE_SERIALIZER,
+    WRITER_STATE_SERIALIZER,
+    InProgressFile,
+    PartNames,
+    PendingFile,
+    WriterState,
+)
+from splitsource.sink._formats import FORMATS, FileFormat, encode_json_lines, resolve_filesystem
+from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
+from splitsource.sink._writer import BucketingSinkWriter
+
+__all__ = [
+    "COMMIT_RECORD_SERIALIZER",
+    "FORMATS",
+    "META_DIR",
+    "PENDING_FILE_SERIALIZER",
+    "WRITER_STATE_SERIALIZER",
+    "BasePathBucketer",
+    "Bucketer",
+    "BucketingGlobalCommitter",
+    "BucketingSinkOptions",
+    "BucketingSinkWriter",
+    "ColumnBucketer",
+    "CommitRecord",
+    "DateTimeBucketer",
+    "FileCommitter",
+    "FileFormat",
+    "InProgressFile",
+    "PartNames",
+    "PendingFile",
+    "WriterState",
+    "encode_json_lines",
+    "encode_segment",
+    "parse_sink_options",
+    "resolve_filesystem",
+]

@@ -1,0 +1,85 @@
+"""The bucketing sink's options, parsed once from Spark's string options."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from splitsource._errors import OptionsError
+from splitsource._options import REQUIRED, option, parse_options
+from splitsource.sink._bucketers import BasePathBucketer, Bucketer, ColumnBucketer, DateTimeBucketer
+from splitsource.sink._files import PartNames
+from splitsource.sink._formats import FORMATS, FileFormat
+
+__all__ = ["BucketingSinkOptions", "parse_sink_options"]
+
+
+def _prefix(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", text):
+        raise ValueError("a prefix starts with a letter or digit and holds only letters, digits, '_', '.', '-'")
+    return text
+
+
+def _suffix(text: str) -> str:
+    if text and not re.fullmatch(r"[A-Za-z0-9_.-]+", text):
+        raise ValueError("a suffix holds only letters, digits, '_', '.', '-'")
+    return text
+
+
+@dataclass(frozen=True)
+class BucketingSinkOptions:
+    """Options of ``format("bucketing")``.
+
+    ``path`` is the base directory (a local path or a ``pyarrow.fs`` URI: ``s3://``, ``hdfs://``, ``file://``).
+    """
+
+    path: str = option(REQUIRED, doc="base directory of the output (local path or pyarrow.fs URI)")
+    format: str = option("parquet", doc="part-file format", choices=tuple(FORMATS))
+    bucketer: str = option("datetime", doc="how rows are put in directories", choices=("datetime", "columns", "none"))
+    bucket_format: str = option("yyyy-MM-dd--HH", doc="datetime bucketer: pattern of processing time")
+    timezone: str = option("UTC", doc="datetime bucketer: time zone of the pattern")
+    bucket_columns: str = option("", doc="columns bucketer: comma-separated column names (Hive-style col=value)")
+    part_prefix: str = option("part", doc="prefix of part-file names", parse=_prefix)
+    part_suffix: str = option("", doc="suffix of finished part files (default: .parquet, .jsonl or .csv)",
+                              parse=_suffix)
+    part_size_mb: float = option(384.0, doc="roll a part file once it reaches this size", minimum=0.001)
+    inactivity_s: float = option(60.0, doc="roll a bucket's part file after this long without a write",
+                                 minimum=0.0)
+    compression: str = option("snappy", doc="Parquet compression",
+                              choices=("none", "snappy", "zstd", "gzip", "lz4", "brotli"))
+    csv_header: bool = option(True, doc="CSV: write a header line at the top of each part file")
+    log_retention: int = option(10, doc="commit records kept in _bucketing/log (the log never grows past this)",
+                                minimum=2)
+
+    @property
+    def file_format(self) -> FileFormat:
+        return FORMATS[self.format]
+
+    @property
+    def names(self) -> PartNames:
+        return PartNames(self.part_prefix, self.part_suffix or self.file_format.suffix)
+
+    @property
+    def part_size_bytes(self) -> int:
+        return max(1, int(self.part_size_mb * 1024 * 1024))
+
+    def make_bucketer(self) -> Bucketer:
+        if self.bucketer == "none":
+            return BasePathBucketer()
+        if self.bucketer == "datetime":
+            return DateTimeBucketer(self.bucket_format, self.timezone)
+        return ColumnBucketer([c.strip() for c in self.bucket_columns.split(",") if c.strip()])
+
+
+# Spark passes its own writer options through to the data source; they are Spark's business, not the sink's.
+_SPARK_KEYS = ("checkpointlocation", "queryname", "paths")
+
+
+def parse_sink_options(raw: Mapping[str, str]) -> BucketingSinkOptions:
+    options = parse_options(BucketingSinkOptions, raw, context="format('bucketing')", ignore=_SPARK_KEYS)
+    if options.bucket_columns and options.bucketer != "columns":
+        raise OptionsError("option 'bucket_columns' is only used with bucketer 'columns' "
+                           f"(bucketer is {options.bucketer!r})")
+    options.make_bucketer()  # validates the pattern, the zone and the columns list now, not in a task
+    return options

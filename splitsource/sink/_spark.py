@@ -1,0 +1,203 @@
+"""``format("bucketing")``: the bucketing sink as a Spark Python data source, for batch and streaming writes.
+
+Each Spark task runs one :class:`BucketingSinkWriter` over its Arrow batches and returns the pending files in
+its commit message. The driver's ``commit`` runs the :class:`BucketingGlobalCommitter`: only files listed in
+successful commit messages become finished; files of failed and speculative attempts are swept away.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from serializers import read_envelope, write_envelope
+from splitsource._errors import SinkError
+from splitsource.sink._committer import BucketingGlobalCommitter, CommitRecord
+from splitsource.sink._files import PENDING_FILE_SERIALIZER, PendingFile
+from splitsource.sink._formats import resolve_filesystem
+from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
+from splitsource.sink._writer import BucketingSinkWriter
+
+__all__ = ["BucketingCommitMessage", "BucketingDataSource"]
+
+
+@dataclass(frozen=True)
+class BucketingCommitMessage(WriterCommitMessage):
+    """What one task hands the driver: its pending files (versioned bytes) and which query and batch it ran in."""
+
+    files: tuple[bytes, ...]
+    query_id: str
+    batch_id: int
+
+    def pending_files(self) -> list[PendingFile]:
+        return [read_envelope(PENDING_FILE_SERIALIZER, data) for data in self.files]
+
+
+def _task_context() -> tuple[int, str, int]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return 0, "", -1
+    query = ctx.getLocalProperty("sql.streaming.queryId") or ""
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    return ctx.partitionId(), query, int(batch) if batch not in (None, "") else -1
+
+
+def _write_task(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
+    partition, query_id, batch_id = _task_context()
+    fs, base = resolve_filesystem(options.path)
+    writer: BucketingSinkWriter | None = None
+    # a token per task attempt: a retried or speculative attempt never shares a file name with another one
+    task = f"{partition:05d}-{uuid.uuid4().hex[:8]}"
+    try:
+        for batch in batches:
+            if writer is None:
+                writer = BucketingSinkWriter(options, batch.schema, fs, base, task=task)
+            writer.write(batch)
+        files = writer.prepare_commit(end_of_input=True) if writer is not None else []
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    return BucketingCommitMessage(tuple(write_envelope(PENDING_FILE_SERIALIZER, f) for f in files), query_id,
+                                  batch_id)
+
+
+def _collect(messages: list[Any]) -> tuple[list[PendingFile], str]:
+    files: list[PendingFile] = []
+    query_ids = set()
+    for message in messages:
+        if isinstance(message, BucketingCommitMessage):
+            files.extend(message.pending_files())
+            if message.query_id:
+                query_ids.add(message.query_id)
+    return files, (sorted(query_ids)[0] if query_ids else "")
+
+
+def _committer(options: BucketingSinkOptions) -> BucketingGlobalCommitter:
+    fs, base = resolve_filesystem(options.path)
+    return BucketingGlobalCommitter(fs, base, options.names, retention=options.log_retention)
+
+
+class BucketingBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("bucketing")``: append or overwrite, exactly the rows of the successful tasks."""
+
+    def __init__(self, options: BucketingSinkOptions, overwrite: bool) -> None:
+        self.options = options
+        self.overwrite = overwrite
+        self.write_id = uuid.uuid4().hex
+        committer = _committer(options)
+        # before any task writes: finish what a crashed commit logged, then clear orphans of earlier writes
+        committer.recover()
+        committer.sweep()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
+        return _write_task(self.options, iterator)
+
+    def commit(self, messages: list[Any]) -> None:
+        committer = _committer(self.options)
+        files, _ = _collect(messages)
+        committer.recover()
+        record = committer.combine(files, kind="overwrite" if self.overwrite else "append", write_id=self.write_id)
+        committer.commit(record)
+        committer.sweep(keep=())
+        committer.end_of_input(_summary(record))
+
+    def abort(self, messages: list[Any]) -> None:
+        # best effort: tasks may still be running, so only files named in messages go; the next write sweeps
+        fs, base = resolve_filesystem(self.options.path)
+        files, _ = _collect(messages)
+        for f in files:
+            try:
+                fs.delete_file(f.pending_path(base, self.options.names))
+            except OSError:
+                pass
+
+
+class BucketingStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("bucketing")``: each micro-batch commits once, even when a restarted query replays
+    it; the commit log keeps ``log_retention`` records."""
+
+    def __init__(self, options: BucketingSinkOptions) -> None:
+        # nothing touches the output here: Spark builds this writer again in the worker that runs ``commit``,
+        # after the tasks wrote their pending files
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
+        return _write_task(self.options, iterator)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
+        committer = _committer(self.options)
+        files, query_id = _collect(messages)
+        committer.recover()
+        last = committer.last_stream_batch(query_id) if query_id else None
+        if last is not None and batchId <= last:
+            # a replay of a batch this query already committed: its new files are duplicates
+            fs, base = resolve_filesystem(self.options.path)
+            for f in files:
+                path = f.pending_path(base, self.options.names)
+                if fs.get_file_info(path).size is not None:
+                    fs.delete_file(path)
+            return
+        record = committer.combine(files, kind="stream", write_id=query_id, batch_id=batchId)
+        committer.commit(record)
+        # every task of this batch has finished and the next batch has not started: what is still transient is
+        # an orphan (a failed attempt of this batch, or of a run that died before its commit)
+        committer.sweep(keep=())
+
+    def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+        fs, base = resolve_filesystem(self.options.path)
+        files, _ = _collect(messages)
+        for f in files:
+            try:
+                fs.delete_file(f.pending_path(base, self.options.names))
+            except OSError:
+                pass
+
+
+def _summary(record: CommitRecord) -> bytes:
+    return json.dumps({"commit": record.seq, "kind": record.kind, "files": len(record.files), "rows": record.rows,
+                       "bytes": record.bytes, "time": time.time()}).encode()
+
+
+class BucketingDataSource(DataSource):
+    """Exactly-once bucketed files (Flink BucketingSink semantics) for ``df.write`` and ``writeStream``.
+
+    Files move in-progress → pending → finished; only finished files are visible to readers (the others start with
+    ``_``). Options: see :class:`BucketingSinkOptions` and ``docs/sink.md``.
+
+    Example::
+
+        df.write.format("bucketing").option("format", "parquet").option("bucketer", "columns") \\
+            .option("bucket_columns", "country").mode("append").save("/data/events")
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "bucketing"
+
+    def schema(self) -> str:
+        raise SinkError("format('bucketing') only writes; read its output with Spark's own readers "
+                        "(spark.read.parquet, .json or .csv on the base path)")
+
+    def writer(self, schema: StructType, overwrite: bool) -> BucketingBatchWriter:
+        return BucketingBatchWriter(parse_sink_options(dict(self.options)), overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> BucketingStreamWriter:  # noqa: N802
+        if overwrite:
+            raise SinkError("format('bucketing') streams append only: use outputMode('append')")
+        return BucketingStreamWriter(parse_sink_options(dict(self.options)))

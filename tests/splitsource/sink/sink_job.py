@@ -1,0 +1,52 @@
+"""A write job run in its own process by the sink tests (to kill it, or to run Spark with task retries).
+
+    python sink_job.py <out> <rows> [--fail-once-dir D] [--slow]
+
+Writes ``rows`` rows (id, k, payload) with ``format("bucketing")`` to ``<out>`` in ``local[2,4]`` (a task may fail
+up to 3 times). ``--fail-once-dir``: the first attempt of partition 1 fails halfway through its rows (and leaves a marker).
+``--slow``: sleep in every batch so a test can kill the job mid-write.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def main() -> int:
+    from pyspark.sql import SparkSession
+
+    out, rows = sys.argv[1], int(sys.argv[2])
+    fail_dir = sys.argv[sys.argv.index("--fail-once-dir") + 1] if "--fail-once-dir" in sys.argv else ""
+    slow = "--slow" in sys.argv
+    spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1000").getOrCreate())
+    spark.sparkContext.setLogLevel("OFF")
+
+    def rows_of(partition: int):  # type: ignore[no-untyped-def]
+        from pyspark import TaskContext
+
+        marker = Path(fail_dir) / f"failed-{partition}" if fail_dir else None
+        per = rows // 4
+        for i in range(partition * per, (partition + 1) * per if partition < 3 else rows):
+            if slow and i % 1000 == 0:
+                time.sleep(0.3)
+            if (marker is not None and partition == 1 and i == partition * per + per // 2
+                    and TaskContext.get().attemptNumber() == 0):
+                marker.touch()
+                raise RuntimeError("injected task failure mid-write")
+            yield (i, i % 5, "x" * 50)
+
+    df = spark.sparkContext.parallelize(range(4), 4).flatMap(rows_of).toDF("id long, k long, payload string")
+    (df.write.format("bucketing").option("format", "parquet").option("bucketer", "columns")
+     .option("bucket_columns", "k").mode("append").save(out))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""``format("bucketing")`` in a real local Spark: batch and streaming writes, failures, kills and replays."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from splitsource.sink._spark import BucketingBatchWriter, BucketingStreamWriter
+from splitsource.sink import parse_sink_options
+
+pytestmark = pytest.mark.spark
+JOB = Path(__file__).with_name("sink_job.py")
+
+
+def visible_files(base: Path) -> list[Path]:
+    return sorted(p for p in base.rglob("*") if p.is_file()
+                  and not any(part.startswith(("_", ".")) for part in p.relative_to(base).parts))
+
+
+def transient(base: Path) -> list[Path]:
+    return sorted(p for p in base.rglob("*") if p.name.endswith((".in-progress", ".pending")))
+
+
+def ids(spark: Any, base: Path, fmt: str = "parquet") -> list[int]:
+    return sorted(r.id for r in getattr(spark.read, fmt)(str(base)).select("id").collect())
+
+
+def test_batch_append_and_overwrite_are_exact_and_readers_see_only_finished_files(spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql.functions import input_file_name
+
+    df = spark.range(0, 20_000, 1, 4).selectExpr("id", "id % 3 AS k", "cast(id AS string) AS s")
+    out = tmp_path / "out"
+    writer = df.write.format("bucketing").option("bucketer", "columns").option("bucket_columns", "k")
+    writer.mode("append").save(str(out))
+    writer.mode("append").save(str(out))
+    read = spark.read.parquet(str(out))
+    assert read.count() == 40_000 and sorted(read.columns) == ["id", "k", "s"]
+    assert read.groupBy("id").count().where("count != 2").count() == 0
+    used = {Path(r[0].replace("file://", "")).name for r in read.select(input_file_name()).distinct().collect()}
+    assert used == {p.name for p in visible_files(out)}
+    assert all(p.name.startswith("part-") and p.suffix == ".parquet" for p in visible_files(out))
+    assert (out / "_SUCCESS").exists() and transient(out) == []
+
+    writer.mode("overwrite").save(str(out))
+    assert ids(spark, out) == list(range(20_000))
+
+
+def test_jsonl_and_csv_round_trip_through_sparks_readers(spark: Any, tmp_path: Path) -> None:
+    df = spark.range(0, 5000, 1, 2).selectExpr("id", "concat('n,', id, '\"q') AS name")
+    for fmt, read in (("jsonl", "json"), ("csv", "csv")):
+        out = tmp_path / fmt
+        df.write.format("bucketing").option("format", fmt).option("bucketer", "none").mode("append").save(str(out))
+        # pyarrow writes RFC 4180 CSV (quotes doubled); Spark's reader needs escape '"' to read that
+        reader = (spark.read.option("header", "true").option("inferSchema", "true").option("escape", '"')
+                  if read == "csv" else spark.read)
+        got = getattr(reader, read)(str(out))
+        assert sorted((r.id, r.name) for r in got.collect()) == [(i, f'n,{i}"q') for i in range(5000)]
+
+
+def test_hostile_bucket_values_stay_under_the_base_path(spark: Any, tmp_path: Path) -> None:
+    values = ["../../escape", "/abs", "a\x00b", "..", ".", "_SUCCESS", "%2F", "ok", None]
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "id long, v string")
+    out = tmp_path / "base" / "out"
+    df.write.format("bucketing").option("bucketer", "columns").option("bucket_columns", "v").mode("append") \
+        .save(str(out))
+    everything = [p for p in (tmp_path / "base").rglob("*") if p.is_file()]
+    assert all(out in p.parents for p in everything)
+    assert len(visible_files(out)) == len(values)
+    spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+    try:
+        back = sorted((r.id, r.v) for r in spark.read.parquet(str(out)).collect())
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionColumnTypeInference.enabled")
+    assert back == sorted(enumerate(values))
+
+
+def test_bad_options_fail_before_any_task_naming_the_option(spark: Any, tmp_path: Path) -> None:
+    df = spark.range(3)
+    with pytest.raises(Exception, match="option 'bucket_columns'") as info:
+        df.write.format("bucketing").option("bucketer", "columns").mode("append").save(str(tmp_path / "a"))
+    assert "Traceback" not in str(info.value).split("option 'bucket_columns'")[0][-200:]
+    with pytest.raises(Exception, match="unknown option 'part_sise_mb' .*did you mean 'part_size_mb'"):
+        df.write.format("bucketing").option("part_sise_mb", "1").mode("append").save(str(tmp_path / "b"))
+    with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
+        df.write.format("bucketing").mode("error").save(str(tmp_path / "c"))
+    assert not (tmp_path / "a").exists() or visible_files(tmp_path / "a") == []
+
+
+def test_failed_and_speculative_attempts_leave_no_file(tmp_path: Path) -> None:
+    """Three attempts of partition 0 (one failed mid-write, one speculative duplicate that lost, one winner) and
+    one of partition 1; Spark passes the driver one message per partition and None for failed ones."""
+    import pyarrow as pa
+
+    options = parse_sink_options({"path": str(tmp_path), "bucketer": "none"})
+    writer = BucketingBatchWriter(options, overwrite=False)
+
+    def rows(start: int, n: int) -> list[pa.RecordBatch]:
+        return [pa.record_batch({"id": pa.array(range(start, start + n), pa.int64())})]
+
+    def failing() -> Any:
+        yield rows(0, 50)[0]
+        raise RuntimeError("executor lost")
+
+    with pytest.raises(RuntimeError):
+        writer.write(failing())
+    speculative = writer.write(iter(rows(0, 100)))
+    winner = writer.write(iter(rows(0, 100)))
+    other = writer.write(iter(rows(100, 100)))
+    assert len(transient(tmp_path)) == 4  # in-progress of the failure, three pending files
+    writer.commit([winner, other, None])
+    assert speculative.files and transient(tmp_path) == []
+    import pyarrow.parquet as pq
+
+    got = sorted(i for p in visible_files(tmp_path) for i in pq.read_table(p).column("id").to_pylist())
+    assert got == list(range(200))
+
+
+def test_a_task_failing_mid_write_is_retried_without_extra_files(tmp_path: Path) -> None:
+    out, marks = tmp_path / "out", tmp_path / "marks"
+    marks.mkdir()
+    result = subprocess.run([sys.executable, str(JOB), str(out), "40000", "--fail-once-dir", str(marks)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (marks / "failed-1").exists()  # the failure did happen
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    assert sorted(table.column("id").to_pylist()) == list(range(40_000))
+    assert transient(out) == []
+
+
+def test_a_job_killed_mid_write_commits_nothing_and_the_rerun_is_exact(spark: Any, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(JOB), str(out), "40000", "--slow"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(p.name.endswith(".in-progress") for p in out.rglob("*")):
+        time.sleep(0.1)
+    assert any(p.name.endswith(".in-progress") for p in out.rglob("*")), "the job never started writing"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert visible_files(out) == []  # killed before its commit: nothing is visible
+    result = subprocess.run([sys.executable, str(JOB), str(out), "40000"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ids(spark, out) == list(range(40_000))
+    assert transient(out) == []  # the re-run swept the killed job's orphans
+
+
+def test_streaming_replay_of_a_committed_batch_commits_once(spark: Any, tmp_path: Path) -> None:
+    """Delete Spark's record of the last batch's commit: the restarted query replays it into the sink."""
+    source, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "chk"
+    source.mkdir()
+
+    def run() -> None:
+        query = (spark.readStream.schema("id long").json(str(source)).writeStream.format("bucketing")
+                 .option("bucketer", "none").option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start(str(out)))
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    for n in range(3):
+        (source / f"f{n}.json").write_text("".join(f'{{"id": {n * 100 + i}}}\n' for i in range(100)))
+        run()
+    assert ids(spark, out) == list(range(300))
+    commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: p.name)
+    last = [p for p in commits if p.name.isdigit()][-1]
+    last.unlink()  # Spark forgets it committed the last batch (its checksum file too, or Spark refuses to write)
+    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+    run()  # ...and replays it
+    assert last.exists(), "Spark did not replay the batch: the test proved nothing"
+    assert ids(spark, out) == list(range(300))
+    assert transient(out) == []
+
+
+def test_stream_commit_is_idempotent_per_batch_id(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    options = parse_sink_options({"path": str(tmp_path), "bucketer": "none"})
+    writer = BucketingStreamWriter(options)
+    batch = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64())})
+    first = writer.write(iter([batch]))
+    object.__setattr__(first, "query_id", "q1")
+    writer.commit([first], 7)
+    replay = writer.write(iter([batch]))
+    object.__setattr__(replay, "query_id", "q1")
+    writer.commit([replay], 7)
+    assert len(visible_files(tmp_path)) == 1 and transient(tmp_path) == []
+    other_query = writer.write(iter([batch]))
+    object.__setattr__(other_query, "query_id", "q2")  # a new checkpoint starts again at batch 0: not a replay
+    writer.commit([other_query], 0)
+    assert len(visible_files(tmp_path)) == 2
