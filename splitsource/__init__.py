@@ -42,6 +42,8 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "ConnectorNotFoundError",
+    "CopyError",
+    "CopySummary",
     "EnumeratorState",
     "EnumeratorStateSerializer",
     "ExecutorEnvironmentError",
@@ -66,6 +68,7 @@ __all__ = [
     "SplitState",
     "TransientSplitReadError",
     "__version__",
+    "copy",
     "describe_options",
     "enumerator_state_from_bytes",
     "enumerator_state_to_bytes",
@@ -74,11 +77,30 @@ __all__ = [
     "read_local",
     "register",
     "resolve_connector",
+    "verify",
 ]
 
 
 def register(spark: object) -> None:
-    """Register ``format("splitsource")`` on ``spark`` explicitly (auto-registration makes this optional)."""
+    """Register ``format("splitsource")`` and ``format("bucketing")`` on ``spark`` explicitly (auto-registration
+    makes this optional)."""
     from splitsource._spark_reader import SplitSourceDataSource
+    from splitsource.sink._spark import BucketingDataSource
 
     spark.dataSource.register(SplitSourceDataSource)  # type: ignore[attr-defined]
+
+
+    spark.dataSource.register(BucketingDataSource)  # type: ignore[attr-defined]
+
+
+_LAZY = {"copy": "splitsource._copy", "CopyError": "splitsource._copy", "CopySummary": "splitsource._copy",
+         "verify": "splitsource._verify"}
+
+
+def __getattr__(name: str) -> object:
+    # the copy job and verify need pyspark; importing splitsource alone must not
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'splitsource' has no attribute {name!r}")

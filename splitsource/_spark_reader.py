@@ -15,6 +15,8 @@ queue_capacity        4        batches buffered between a partition's fetcher th
 max_attempts          5        attempts per split for transient errors, in a row without progress
 initial_backoff_ms    200      first retry wait; doubles per attempt up to max_backoff_ms
 max_backoff_ms        10000    longest retry wait
+max_splits_per_batch  0        streaming: splits per micro-batch (0: by max_bytes_per_batch_mb)
+max_bytes_per_batch_mb 256     streaming: estimated size of the splits of one micro-batch
 ====================  =======  ====================================================================
 
 Runs in Spark's Python workers, not in the user's process: the driver-side worker calls ``partitions()`` (the
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -47,6 +49,7 @@ __all__ = [
     "build_source",
     "conform_batch",
     "pack_splits",
+    "read_partition",
     "spark_arrow_schema",
 ]
 
@@ -63,6 +66,10 @@ class FrameworkOptions:
     max_attempts: int = option(5, doc="attempts per split on transient errors", minimum=1)
     initial_backoff_ms: int = option(200, doc="first retry wait in ms", minimum=0)
     max_backoff_ms: int = option(10_000, doc="longest retry wait in ms", minimum=0)
+    max_splits_per_batch: int = option(0, doc="streaming: splits per micro-batch (0: by max_bytes_per_batch_mb)",
+                                       minimum=0)
+    max_bytes_per_batch_mb: float = option(256.0, doc="streaming: estimated size of a micro-batch's splits",
+                                           minimum=0.001)
 
     @property
     def retry(self) -> RetryPolicy:
@@ -198,18 +205,24 @@ class SplitSourceBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitsPartition)
-        check_executor(partition)
-        framework, source = build_source(self._options)
-        remaining = iter(partition.splits)
-        reader = SourceReader(
-            source,
-            lambda: next(remaining, None),
-            queue_capacity=framework.queue_capacity,
-            retry=framework.retry,
-            name=f"partition-{len(partition.splits)}",
-        )
-        for batch in reader.read():
-            yield conform_batch(batch, self._expected)
+        yield from read_partition(self._options, partition, self._expected)
+
+
+def read_partition(options: Mapping[str, str], partition: SplitsPartition, expected: pa.Schema
+                   ) -> Iterator[pa.RecordBatch]:
+    """Read one partition's splits in order, in exactly the Arrow schema Spark expects (batch and streaming)."""
+    check_executor(partition)
+    framework, source = build_source(options)
+    remaining = iter(partition.splits)
+    reader = SourceReader(
+        source,
+        lambda: next(remaining, None),
+        queue_capacity=framework.queue_capacity,
+        retry=framework.retry,
+        name=f"partition-{len(partition.splits)}",
+    )
+    for batch in reader.read():
+        yield conform_batch(batch, expected)
 
 
 class SplitSourceDataSource(DataSource):
@@ -234,3 +247,8 @@ class SplitSourceDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         build_source(self.options)  # fail on bad options in the driver, before any task starts
         return SplitSourceBatchReader(self.options, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        from splitsource._spark_stream import SplitSourceStreamReader
+
+        return SplitSourceStreamReader(self.options, schema)

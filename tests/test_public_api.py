@@ -8,7 +8,8 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "name", ["splitsource", "serializers", "connectors.generator", "splitsource.testing", "pyspark_splitsource"]
+    "name", ["splitsource", "serializers", "connectors.generator", "splitsource.testing", "pyspark_splitsource",
+             "splitsource.sink", "pyspark_bucketing"]
 )
 def test_all_is_sorted_and_importable(name: str) -> None:
     module = importlib.import_module(name)

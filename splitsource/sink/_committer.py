@@ -49,6 +49,8 @@ class CommitRecord:
     batch_id: int  # the streaming batch id; -1 for batch writes
     files: tuple[PendingFile, ...]
     replaced: tuple[str, ...] = ()  # overwrite: finished files (relative to the base) this commit deletes
+    total_rows: int = 0  # rows committed by this write (or streaming query) so far, this commit included
+    total_files: int = 0
 
     @property
     def rows(self) -> int:
@@ -66,11 +68,12 @@ def _file_fields(f: PendingFile) -> list[object]:
 COMMIT_RECORD_SERIALIZER: MsgpackRecordSerializer[CommitRecord] = MsgpackRecordSerializer(
     "BucketingCommitRecordSerializer",
     1,
-    to_fields=lambda r: [r.seq, r.kind, r.write_id, r.batch_id, [_file_fields(f) for f in r.files], list(r.replaced)],
+    to_fields=lambda r: [r.seq, r.kind, r.write_id, r.batch_id, [_file_fields(f) for f in r.files], list(r.replaced),
+                         r.total_rows, r.total_files],
     from_fields=lambda v: CommitRecord(
         int(v[0]), str(v[1]), str(v[2]), int(v[3]),
         tuple(PendingFile(str(f[0]), str(f[1]), int(f[2]), int(f[3]), int(f[4])) for f in v[4]),
-        tuple(str(p) for p in v[5]),
+        tuple(str(p) for p in v[5]), int(v[6]), int(v[7]),
     ),
 )
 
@@ -144,7 +147,13 @@ class BucketingGlobalCommitter:
         if kind == "overwrite":
             listed = {f.finished_path(self.base, self.names) for f in files}
             replaced = tuple(sorted(self._relative(p) for p in self.finished_files() if p not in listed))
-        return CommitRecord(self.next_seq(), kind, write_id, batch_id, tuple(files), replaced)
+        records = self.records()
+        seq = records[-1][0].seq + 1 if records else 1
+        previous = [r for r, _ in records if r.write_id == write_id and kind == "stream" == r.kind]
+        rows, count = sum(f.rows for f in files), len(files)
+        if previous:
+            rows, count = rows + previous[-1].total_rows, count + previous[-1].total_files
+        return CommitRecord(seq, kind, write_id, batch_id, tuple(files), replaced, rows, count)
 
     def filter_recovered_committables(self, records: Iterable[tuple[CommitRecord, bool]]) -> list[CommitRecord]:
         """The logged records whose commit did not finish."""
@@ -163,6 +172,11 @@ class BucketingGlobalCommitter:
         self.fs.create_dir(self._log, recursive=True)
         write_atomically(self.fs, path, write_envelope(COMMIT_RECORD_SERIALIZER, record))
         self._finish(record)
+
+    def last_stream_record(self, query_id: str) -> CommitRecord | None:
+        """The newest retained record of streaming query ``query_id``."""
+        found = [r for r, _ in self.records() if r.kind == "stream" and r.write_id == query_id]
+        return found[-1] if found else None
 
     def last_stream_batch(self, query_id: str) -> int | None:
         """The highest batch id committed by streaming query ``query_id`` (None if none is retained)."""

@@ -3,7 +3,8 @@
     python sink_job.py <out> <rows> [--fail-once-dir D] [--slow]
 
 Writes ``rows`` rows (id, k, payload) with ``format("bucketing")`` to ``<out>`` in ``local[2,4]`` (a task may fail
-up to 3 times). ``--fail-once-dir``: the first attempt of partition 1 fails halfway through its rows (and leaves a marker).
+up to 3 times). ``--fail-once-dir``: the first attempt of partition 1 fails halfway through its rows (and leaves
+a marker).
 ``--slow``: sleep in every batch so a test can kill the job mid-write.
 """
 

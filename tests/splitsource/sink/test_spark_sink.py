@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from splitsource.sink._spark import BucketingBatchWriter, BucketingStreamWriter
 from splitsource.sink import parse_sink_options
+from splitsource.sink._spark import BucketingBatchWriter, BucketingStreamWriter
 
 pytestmark = pytest.mark.spark
 JOB = Path(__file__).with_name("sink_job.py")

@@ -1,0 +1,307 @@
+"""Bounded copy jobs: a whole source into bucketed files, exactly once, resumable after a kill at any moment.
+
+:func:`copy` wires ``readStream.format("splitsource")`` (micro-batches of splits; the offset is the enumerator
+state) to ``writeStream.format("bucketing")`` (each batch committed once, replays discarded) with Spark's own
+checkpoint and ``trigger(availableNow=True)``. Re-running the same copy resumes from the checkpoint: committed
+splits are never read again; a batch in flight when the job died is read again and its earlier files, never
+committed, are swept. The call returns only after the last batch is committed and ``_SUCCESS`` is written
+(FLIP-147: a bounded job reports success only once its last data is committed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from splitsource._api import _FixedContext
+from splitsource._errors import CheckpointError, SplitSourceError
+from splitsource._spark_reader import build_source
+from splitsource._spark_stream import source_fingerprint
+from splitsource.sink._committer import BucketingGlobalCommitter
+from splitsource.sink._formats import resolve_filesystem, write_atomically
+from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
+
+__all__ = ["CopyError", "CopySummary", "Progress", "copy", "root_cause"]
+
+IDENTITY_FILE = "splitsource-copy.json"
+SINK_DESCRIPTION = "copy.json"  # in <output>/_bucketing: how verify reads the output back
+
+
+class CopyError(SplitSourceError):
+    """The copy job failed; the message is the root cause, without the JVM's stack."""
+
+
+@dataclass(frozen=True)
+class CopySummary:
+    """What a finished copy reports."""
+
+    rows: int  # rows committed by this run
+    total_rows: int  # rows committed by the copy over all its runs
+    files: int
+    bytes: int
+    splits: int
+    batches: int
+    seconds: float
+    rows_per_s: float
+    resumed: bool
+    output: str
+    checkpoint: str
+
+    def text(self) -> str:
+        lines = [
+            f"copy finished: {self.total_rows:,} rows in {self.files:,} files ({_size(self.bytes)}), "
+            f"{self.splits} splits",
+            f"this run: {self.rows:,} rows in {self.batches} batches, {self.seconds:.1f} s, {self.rows_per_s:,.0f} "
+            f"rows/s{' (resumed from the checkpoint)' if self.resumed else ''}",
+            f"output:     {self.output}",
+            f"checkpoint: {self.checkpoint}",
+        ]
+        return "\n".join(lines)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+class Progress:
+    """Splits done of the estimated total, rows, rows/s and ETA: a bar on a terminal, a log line every
+    ``interval`` seconds otherwise."""
+
+    def __init__(self, stream: TextIO | None = None, interval: float = 10.0, tty: bool | None = None) -> None:
+        self._stream = stream or sys.stderr
+        self._tty = self._stream.isatty() if tty is None else tty
+        self._interval = interval
+        self._last = 0.0
+        self._started = time.monotonic()
+
+    def update(self, splits: int, total: int, rows: int, final: bool = False) -> None:
+        now = time.monotonic()
+        elapsed = max(now - self._started, 1e-6)
+        rate = rows / elapsed
+        eta = ""
+        if 0 < splits < total:
+            eta = f"ETA {_clock(elapsed * (total - splits) / splits)}"
+        shown_total = str(total) if total > 0 else "?"
+        text = f"{splits}/{shown_total} splits  {rows:,} rows  {rate:,.0f} rows/s  {eta}".rstrip()
+        if self._tty:
+            width = 30
+            done = int(width * splits / total) if total > 0 else 0
+            self._stream.write(f"\r[{'#' * done}{'.' * (width - done)}] {text}\033[K" + ("\n" if final else ""))
+            self._stream.flush()
+        elif final or now - self._last >= self._interval:
+            self._stream.write(f"splitsource copy: {text}\n")
+            self._stream.flush()
+            self._last = now
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def root_cause(exc: BaseException) -> str:
+    """The line a user needs from a Spark exception: our own error's message if there is one."""
+    text = str(exc)
+    for line in reversed(text.splitlines()):
+        stripped = line.strip()
+        for marker in ("Error: ", "Exception: "):
+            head, _, message = stripped.partition(marker)
+            if message and head.split(".")[0] in ("splitsource", "connectors", "serializers", "cassandra"):
+                return message
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return first[:500]
+
+
+def default_checkpoint(output: str) -> str:
+    """``<output>.checkpoint`` beside the output: visible, and never inside what readers read."""
+    return output.rstrip("/") + ".checkpoint"
+
+
+def _check_identity(checkpoint: str, identity: dict[str, Any]) -> bool:
+    """Record what this checkpoint copies, or refuse a checkpoint of another copy. True if it existed."""
+    fs, base = resolve_filesystem(checkpoint)
+    path = f"{base}/{IDENTITY_FILE}"
+    info = fs.get_file_info(path)
+    if info.size is None:
+        spark_state = fs.get_file_info(f"{base}/offsets")
+        if spark_state.size is not None or spark_state.type.name == "Directory":
+            raise CheckpointError(f"checkpoint {checkpoint} was not written by splitsource copy (no {IDENTITY_FILE});"
+                                  " use another --checkpoint")
+        fs.create_dir(base, recursive=True)
+        write_atomically(fs, path, json.dumps(identity, indent=2, sort_keys=True).encode())
+        return False
+    try:
+        with fs.open_input_stream(path) as stream:
+            found = json.loads(bytes(stream.read()).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise CheckpointError(f"checkpoint {checkpoint} is corrupt ({IDENTITY_FILE} is not readable JSON); move it "
+                              "aside to start the copy again from the beginning") from None
+    if found != identity:
+        differ = sorted(k for k in set(found) | set(identity) if found.get(k) != identity.get(k))
+        raise CheckpointError(
+            f"checkpoint {checkpoint} belongs to another copy (it differs in: {', '.join(differ)}; it copies "
+            f"{found.get('identity')} to {found.get('output')}); use another --checkpoint, or re-run that copy"
+        )
+    return True
+
+
+def _spark_session(master: str) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    quiet = Path(__file__).with_name("resources") / "log4j2-quiet.properties"
+    spark = (SparkSession.builder.master(master).appName("splitsource copy")
+             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{quiet}")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("OFF")
+    return spark
+
+
+def copy(
+    connector: str,
+    source_options: Mapping[str, str],
+    output: str,
+    *,
+    format: str = "parquet",
+    bucketer: str = "none",
+    sink_options: Mapping[str, str] | None = None,
+    checkpoint: str | None = None,
+    master: str = "local[2]",
+    max_splits_per_batch: int = 0,
+    progress: Progress | None = None,
+    spark: Any = None,
+) -> CopySummary:
+    """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
+
+    Raises :class:`OptionsError` for bad options, :class:`CheckpointError` for a foreign or corrupt checkpoint
+    and :class:`CopyError` when the job fails; none of them touches committed output.
+    """
+    started = time.monotonic()
+    output = output if "://" in output else os.path.abspath(output)
+    checkpoint = checkpoint or default_checkpoint(output)
+    checkpoint = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
+    framework_raw = {"connector": connector}
+    if max_splits_per_batch:
+        framework_raw["max_splits_per_batch"] = str(max_splits_per_batch)
+    read_options = {**{k.lower(): str(v) for k, v in source_options.items()}, **framework_raw}
+    sink_raw = {"format": format, "bucketer": bucketer, **{k.lower(): str(v) for k, v in (sink_options or {}).items()},
+                "path": output}
+    sink = parse_sink_options(sink_raw)
+    _, source = build_source(read_options)
+    source.schema()  # connects now: a missing table or an unreachable host fails here, in one line
+    identity = {"version": 1, "connector": connector, "identity": source.identity(),
+                "source": source_fingerprint(source), "output": output, "format": sink.format,
+                "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
+    resumed = _check_identity(checkpoint, identity)
+    _describe_output(sink)
+    enumerator = source.create_enumerator(_FixedContext(2))
+    enumerator.start()
+    total_estimate = enumerator.estimated_total_splits() or -1
+    enumerator.close()
+
+    own_session = spark is None
+    spark = spark or _spark_session(master)
+    batches: dict[int, int] = {}
+    last_offset: dict[str, Any] = {"taken": _splits_from_checkpoint(checkpoint), "total": total_estimate}
+    try:
+        frame = spark.readStream.format("splitsource").options(**read_options).load()
+        writer = frame.writeStream.format("bucketing").options(**{k: v for k, v in sink_raw.items() if k != "path"})
+        query = (writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+                 .queryName(f"splitsource-copy-{os.getpid()}").start(output))
+        try:
+            while not query.awaitTermination(1.0):
+                _collect_progress(query, batches, last_offset)
+                if progress is not None:
+                    progress.update(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)),
+                                    sum(batches.values()))
+            _collect_progress(query, batches, last_offset)
+        except KeyboardInterrupt:
+            query.stop()
+            raise
+        error = query.exception()
+        if error is not None:
+            raise CopyError(_failure(root_cause(error), str(error), checkpoint))
+    except SplitSourceError:
+        raise
+    except Exception as exc:  # Spark's own exceptions: keep the message, drop the JVM stack
+        raise CopyError(_failure(root_cause(exc), str(exc), checkpoint)) from None
+    finally:
+        if own_session:
+            spark.stop()
+
+    fs, base = resolve_filesystem(output)
+    committer = BucketingGlobalCommitter(fs, base, sink.names, retention=sink.log_retention)
+    latest = max((r for r, _ in committer.records() if r.kind == "stream"), key=lambda r: r.seq, default=None)
+    total_rows = latest.total_rows if latest else 0
+    files = committer.finished_files()
+    size = sum(fs.get_file_info(p).size or 0 for p in files)
+    rows = sum(batches.values())
+    seconds = time.monotonic() - started
+    splits = int(last_offset.get("taken", 0))
+    summary = CopySummary(rows, total_rows, len(files), size, splits, len(batches), seconds,
+                          rows / seconds if seconds > 0 else 0.0, resumed, output, checkpoint)
+    if progress is not None:
+        progress.update(splits, max(splits, int(last_offset.get("total", splits) or splits)), rows, final=True)
+    committer.end_of_input(json.dumps(asdict(summary)).encode())
+    return summary
+
+
+def _failure(cause: str, full: str, checkpoint: str) -> str:
+    """The one-line message; the full text (JVM and Python stacks) goes to a log file beside the checkpoint."""
+    try:
+        fs, base = resolve_filesystem(checkpoint)
+        write_atomically(fs, f"{base}/splitsource-copy-error.log", full.encode("utf-8", "replace"))
+        return f"{cause} (details: {checkpoint}/splitsource-copy-error.log)"
+    except OSError:
+        return cause
+
+
+def _collect_progress(query: Any, batches: dict[int, int], last_offset: dict[str, Any]) -> None:
+    for report in query.recentProgress:
+        batches[int(report["batchId"])] = int(report["numInputRows"])
+        sources = report.get("sources") or []
+        if sources and sources[0].get("endOffset"):
+            end = sources[0]["endOffset"]
+            offset = json.loads(end) if isinstance(end, str) else end
+            if int(offset.get("taken", 0)) >= int(last_offset.get("taken", 0)):
+                last_offset.update(taken=offset.get("taken", 0), total=offset.get("total", -1))
+    for batch_id in [b for b, rows in batches.items() if rows == 0]:
+        del batches[batch_id]  # batches with no data (Spark's no-op batches) are not batches of the copy
+
+
+def _splits_from_checkpoint(checkpoint: str) -> int:
+    """Splits taken so far, from the newest offset in Spark's checkpoint (a resumed copy with nothing left)."""
+    offsets = Path(checkpoint) / "offsets"
+    if not offsets.is_dir():
+        return 0
+    newest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name), default=None)
+    if newest is None:
+        return 0
+    for line in reversed(newest.read_text().splitlines()):
+        if line.startswith("{") and '"taken"' in line:
+            return int(json.loads(line).get("taken", 0))
+    return 0
+
+
+def _describe_output(sink: BucketingSinkOptions) -> None:
+    """Write <output>/_bucketing/copy.json: how the files are laid out, for ``splitsource verify``."""
+    fs, base = resolve_filesystem(sink.path)
+    fs.create_dir(f"{base}/_bucketing", recursive=True)
+    description = {"format": sink.format, "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns,
+                   "csv_header": sink.csv_header, "part_prefix": sink.part_prefix,
+                   "part_suffix": sink.names.suffix}
+    write_atomically(fs, f"{base}/_bucketing/{SINK_DESCRIPTION}", json.dumps(description, indent=2).encode())
+

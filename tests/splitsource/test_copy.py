@@ -1,0 +1,152 @@
+"""``splitsource copy`` and ``verify`` as a user runs them: a subprocess, killed with SIGKILL and run again."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+CLI = [sys.executable, "-m", "splitsource.cli"]
+GEN = ["--connector", "generator", "-o", "rows=60000", "-o", "split_rows=4000", "-o", "batch_rows=500",
+       "-o", "fetch_delay_ms=40", "-o", "columns=id:bigint,name:string?,score:double,at:timestamp"]
+
+
+def run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def committed_rows(out: Path) -> int:
+    import pyarrow.fs as pafs
+
+    from splitsource.sink import BucketingGlobalCommitter, PartNames
+
+    if not (out / "_bucketing" / "log").exists():
+        return 0
+    committer = BucketingGlobalCommitter(pafs.LocalFileSystem(), str(out), PartNames())
+    records = [r for r, _ in committer.records() if r.kind == "stream"]
+    return records[-1].total_rows if records else 0
+
+
+def finished(out: Path) -> dict[str, float]:
+    return {str(p.relative_to(out)): p.stat().st_mtime for p in out.rglob("*")
+            if p.is_file() and not any(s.startswith(("_", ".")) for s in p.relative_to(out).parts)}
+
+
+def kill_and_rerun(args: list[str], out: Path, kills: int, seed: int) -> str:
+    """Start the copy, SIGKILL it at a random moment, ``kills`` times; then run it to the end. Returns the
+    final run's stdout after checking it read exactly what was not committed before it."""
+    rng = random.Random(seed)
+    for _ in range(kills):
+        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        time.sleep(rng.uniform(6.0, 16.0))  # from JVM start-up to mid-batch and mid-commit
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = committed_rows(out)
+    final = run(args)
+    assert final.returncode == 0, final.stderr[-3000:]
+    this_run = int(re.search(r"this run: ([\d,]+) rows", final.stdout).group(1).replace(",", ""))  # type: ignore[union-attr]
+    total = int(re.search(r"copy finished: ([\d,]+) rows", final.stdout).group(1).replace(",", ""))  # type: ignore[union-attr]
+    assert this_run == total - before, "the re-run read committed splits again (or skipped some)"
+    return final.stdout
+
+
+def test_generator_copy_killed_many_times_ends_exact(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["copy", *GEN, "--output", str(out), "--max-splits-per-batch", "2", "--quiet"]
+    stdout = kill_and_rerun(args, out, kills=4, seed=7)
+    assert "copy finished: 60,000 rows" in stdout
+    check = run(["verify", *GEN, "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+    assert (out / "_SUCCESS").exists()
+    assert not list(out.rglob("*.in-progress")) and not list(out.rglob("*.pending"))
+
+
+def test_copy_to_json_lines_verifies_and_a_tampered_output_does_not(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run(["copy", *GEN, "--output", str(out), "--format", "jsonl", "--max-splits-per-batch", "5"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "copy finished: 60,000 rows" in result.stdout and str(out) in result.stdout
+    assert "splits" in result.stderr  # progress lines when not on a terminal
+    assert run(["verify", *GEN, "--output", str(out)]).returncode == 0
+    victim = sorted(out.glob("part-*.jsonl"))[0]
+    lines = victim.read_text().splitlines()
+    victim.write_text("\n".join(lines[:-1] + [lines[0]]) + "\n")  # one row lost, one duplicated
+    check = run(["verify", *GEN, "--output", str(out)])
+    assert check.returncode == 1 and check.stdout.startswith("MISMATCH")
+    assert "different rows" in check.stdout
+
+
+def test_rerunning_a_finished_copy_reads_nothing_and_changes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["copy", *GEN[:4], "--output", str(out), "--quiet"]
+    assert run(args).returncode == 0
+    files = finished(out)
+    again = run(args)
+    assert again.returncode == 0 and "this run: 0 rows" in again.stdout, again.stdout + again.stderr
+    assert finished(out) == files
+
+
+@pytest.mark.parametrize("case", ["foreign", "corrupt", "spark-offsets"])
+def test_a_foreign_or_corrupt_checkpoint_is_refused_and_output_untouched(tmp_path: Path, case: str) -> None:
+    out = tmp_path / "out"
+    base = ["copy", *GEN[:4], "--output", str(out), "--quiet"]
+    assert run(base).returncode == 0
+    files = finished(out)
+    checkpoint = Path(f"{out}.checkpoint")
+    if case == "foreign":
+        result = run(["copy", "--connector", "generator", "-o", "rows=5", "--output", str(out), "--quiet"])
+        expected = "belongs to another copy"
+    elif case == "corrupt":
+        (checkpoint / "splitsource-copy.json").write_text("{not json")
+        result = run(base)
+        expected = "is corrupt"
+    else:
+        newest = max((p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+        newest.write_text("v1\n{}\n{\"version\": 99}\n")
+        (checkpoint / "commits" / newest.name).unlink()
+        result = run(base)
+        expected = "checkpoint"
+    assert result.returncode == 1, result.stdout + result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("splitsource copy:") and expected in message
+    assert "Traceback" not in result.stderr
+    assert finished(out) == files
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--connector", "generator", "-o", "rowz=5"], "unknown option 'rowz'"),
+    (["--connector", "nosuch"], "nosuch"),
+    (["--connector", "generator", "--format", "xml"], "option 'format'"),
+    (["--connector", "generator", "--bucketer", "columns"], "bucket_columns"),
+])
+def test_invalid_options_exit_2_with_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    result = run(["copy", *args, "--output", str(tmp_path / "out")])
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists() or finished(tmp_path / "out") == {}
+
+
+def test_help_shows_an_example() -> None:
+    result = run(["copy", "--help"])
+    assert result.returncode == 0 and "splitsource copy --connector cassandra" in result.stdout
+
+
+def test_copy_from_python_returns_the_summary(tmp_path: Path, spark: Any) -> None:
+    import splitsource
+
+    summary = splitsource.copy("generator", {"rows": "3000", "split_rows": "1000"}, str(tmp_path / "out"),
+                               format="parquet", spark=spark)
+    assert summary.total_rows == 3000 and summary.rows == 3000 and summary.splits == 3 and summary.files >= 1
+    assert summary.checkpoint == f"{tmp_path / 'out'}.checkpoint"
+    assert spark.read.parquet(str(tmp_path / "out")).count() == 3000
