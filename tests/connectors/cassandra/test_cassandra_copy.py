@@ -1,0 +1,80 @@
+"""``splitsource copy`` of a real Cassandra table: killed with SIGKILL and re-run until done, then verified."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.splitsource.test_copy import finished, kill_and_rerun, run
+
+pytestmark = [pytest.mark.cassandra, pytest.mark.spark, pytest.mark.slow]
+KS = "splitsource_copy"
+ROWS = 30_000
+
+
+@pytest.fixture(scope="module")
+def table(cassandra: Any) -> Any:
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    cluster, session = cassandra.session()
+    try:
+        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KS} WITH replication = "
+                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+        session.execute(f"DROP TABLE IF EXISTS {KS}.events")
+        session.execute(f"CREATE TABLE {KS}.events (day date, id bigint, kind text, amount decimal, tags set<text>, "
+                        "at timestamp, PRIMARY KEY ((day, id)))")
+        insert = session.prepare(f"INSERT INTO {KS}.events (day, id, kind, amount, tags, at) VALUES "
+                                 "(?, ?, ?, ?, ?, toTimestamp(now()))")
+        from datetime import date, timedelta
+        from decimal import Decimal
+
+        args = [(date(2024, 1, 1) + timedelta(days=i % 30), i, f"k{i % 7}" if i % 11 else None,
+                 Decimal(i) / 100, {f"t{i % 3}", f"u{i % 5}"} if i % 4 else None) for i in range(ROWS)]
+        execute_concurrent_with_args(session, insert, args, concurrency=64, raise_on_first_error=True)
+    finally:
+        cluster.shutdown()
+    if cassandra.root is not None:
+        cassandra.nodetool("flush", KS)
+    return cassandra
+
+
+def source_args(node: Any, table: str = "events") -> list[str]:
+    return ["--connector", "cassandra", "-o", f"hosts={node.hosts}", "-o", f"port={node.port}", "-o", f"keyspace={KS}",
+            "-o", f"table={table}", "-o", "splits=16", "-o", "fetch_size=500"]
+
+
+def test_cassandra_copy_to_json_lines_killed_and_rerun_is_exact(table: Any, tmp_path: Path) -> None:
+    out = tmp_path / "events"
+    args = ["copy", *source_args(table), "--output", str(out), "--format", "jsonl", "--max-splits-per-batch", "1",
+            "--quiet"]
+    stdout = kill_and_rerun(args, out, kills=3, seed=11)
+    assert f"copy finished: {ROWS:,} rows" in stdout
+    check = run(["verify", *source_args(table), "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+
+
+def test_cassandra_copy_to_parquet_bucketed_by_column_verifies(table: Any, tmp_path: Path, spark: Any) -> None:
+    out = tmp_path / "events"
+    result = run(["copy", *source_args(table), "--output", str(out), "--bucketer", "columns",
+                  "--sink-option", "bucket_columns=kind"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "kind=k1").is_dir() and (out / "kind=__HIVE_DEFAULT_PARTITION__").is_dir()
+    assert spark.read.parquet(str(out)).count() == ROWS
+    check = run(["verify", *source_args(table), "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("case", ["missing-table", "unreachable-host"])
+def test_a_missing_table_or_an_unreachable_host_is_one_clear_line(table: Any, tmp_path: Path, case: str) -> None:
+    out = tmp_path / "events"
+    args = source_args(table, table="nosuch") if case == "missing-table" else [
+        "--connector", "cassandra", "-o", "hosts=127.0.0.77", "-o", f"keyspace={KS}", "-o", "table=events",
+        "-o", "connect_timeout_s=3"]
+    result = run(["copy", *args, "--output", str(out)], timeout=120)
+    assert result.returncode != 0
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("splitsource copy:") and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert ("nosuch" in line) if case == "missing-table" else ("127.0.0.77" in line)
+    assert not out.exists() or finished(out) == {}
