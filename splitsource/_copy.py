@@ -165,6 +165,7 @@ def _spark_session(master: str) -> Any:
     spark = (SparkSession.builder.master(master).appName("splitsource copy")
              .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
              .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{quiet}")
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")  # fewer, larger batches to the sink
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("OFF")
     return spark

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -87,4 +88,4 @@ def cassandra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CassandraNod
     try:
         yield CassandraNode("127.0.0.1", 9042, root)
     finally:
-        stop(root)
+        stop(root, sig=signal.SIGKILL)  # throwaway data: a clean drain would take up to a minute

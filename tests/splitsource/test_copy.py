@@ -87,41 +87,39 @@ def test_copy_to_json_lines_verifies_and_a_tampered_output_does_not(tmp_path: Pa
     assert "different rows" in check.stdout
 
 
-def test_rerunning_a_finished_copy_reads_nothing_and_changes_nothing(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    args = ["copy", *GEN[:4], "--output", str(out), "--quiet"]
-    assert run(args).returncode == 0
-    files = finished(out)
-    again = run(args)
-    assert again.returncode == 0 and "this run: 0 rows" in again.stdout, again.stdout + again.stderr
-    assert finished(out) == files
-
-
-@pytest.mark.parametrize("case", ["foreign", "corrupt", "spark-offsets"])
-def test_a_foreign_or_corrupt_checkpoint_is_refused_and_output_untouched(tmp_path: Path, case: str) -> None:
+def test_a_finished_copy_rerun_reads_nothing_and_bad_checkpoints_never_touch_it(tmp_path: Path) -> None:
     out = tmp_path / "out"
     base = ["copy", *GEN[:4], "--output", str(out), "--quiet"]
     assert run(base).returncode == 0
     files = finished(out)
-    checkpoint = Path(f"{out}.checkpoint")
-    if case == "foreign":
-        result = run(["copy", "--connector", "generator", "-o", "rows=5", "--output", str(out), "--quiet"])
-        expected = "belongs to another copy"
-    elif case == "corrupt":
-        (checkpoint / "splitsource-copy.json").write_text("{not json")
-        result = run(base)
-        expected = "is corrupt"
-    else:
-        newest = max((p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-        newest.write_text("v1\n{}\n{\"version\": 99}\n")
-        (checkpoint / "commits" / newest.name).unlink()
-        result = run(base)
-        expected = "checkpoint"
-    assert result.returncode == 1, result.stdout + result.stderr
-    message = result.stderr.strip().splitlines()[-1]
-    assert message.startswith("splitsource copy:") and expected in message
-    assert "Traceback" not in result.stderr
+    again = run(base)
+    assert again.returncode == 0 and "this run: 0 rows" in again.stdout, again.stdout + again.stderr
     assert finished(out) == files
+    checkpoint = Path(f"{out}.checkpoint")
+    identity = checkpoint / "splitsource-copy.json"
+
+    def refused(result: subprocess.CompletedProcess[str], expected: str) -> None:
+        assert result.returncode == 1, result.stdout + result.stderr
+        message = result.stderr.strip().splitlines()[-1]
+        assert message.startswith("splitsource copy:") and expected in message, message
+        assert "Traceback" not in result.stderr
+        assert finished(out) == files
+
+    # another copy (other rows) into the same checkpoint
+    refused(run(["copy", "--connector", "generator", "-o", "rows=5", "--output", str(out), "--quiet"]),
+            "belongs to another copy (it differs in: identity, source;")
+    # the checkpoint's identity file damaged
+    original = identity.read_bytes()
+    identity.write_text("{not json")
+    refused(run(base), "is corrupt")
+    identity.write_bytes(original)
+    # Spark's own offset damaged (and its commit removed, so Spark replays it)
+    newest = max((p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    newest.write_text('v1\n{}\n{"version": 99}\n')
+    (checkpoint / "commits" / newest.name).unlink()
+    (checkpoint / "commits" / f".{newest.name}.crc").unlink(missing_ok=True)
+    (checkpoint / "offsets" / f".{newest.name}.crc").unlink(missing_ok=True)
+    refused(run(base), "checkpoint")
 
 
 @pytest.mark.parametrize("args, expected", [

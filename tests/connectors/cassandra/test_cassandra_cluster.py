@@ -24,7 +24,7 @@ from .test_cassandra_source import checksum
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 KS = "splitsource_ring"
-ROWS = 30_000
+ROWS = 12_000
 FIRST, NODES = 3, 2
 
 
@@ -81,7 +81,7 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
         ring.nodetool(index, "refreshsizeestimates")
     yield ring
     if not reuse:
-        stop(root)
+        stop(root, sig=signal.SIGKILL)  # throwaway data: no need to wait for a clean drain
 
 
 def reference(ring: Ring) -> pa.Table:
@@ -97,7 +97,7 @@ def reference(ring: Ring) -> pa.Table:
 
 def test_one_token_per_node_ring_is_covered_and_sized_from_both_nodes(ring: Ring) -> None:
     source = CassandraSource(ring.options(split_size_mb="1"))
-    plan = source.plan()
+    plan = sorted(source.plan(), key=lambda e: e.start)  # the plan itself is interleaved across replicas
     # two nodes with one token each: two ring ranges, the wrapping one cut at the ring's end, so three entries
     # that tile the ring from the minimum token to the maximum, each sized by its own node's estimate
     assert len(plan) == 3
