@@ -215,10 +215,9 @@ def cql_up(address: str, port: int, timeout: float = 1.0) -> bool:
 def running_pid(node: Node) -> int | None:
     try:
         pid = int(node.pid_file.read_text().strip())
-        os.kill(pid, 0)
-        return pid
     except (OSError, ValueError):
         return None
+    return pid if _alive(pid) else None
 
 
 def start_node(node: Node, nodes: int, num_tokens: int, heap_mb: int, cluster_name: str,
@@ -300,17 +299,32 @@ def stop_node(node: Node, timeout: float = 60.0, sig: int = signal.SIGTERM) -> N
     pid = running_pid(node)
     if pid is None:
         return
-    os.kill(pid, sig)
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            break
+    while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.2)
-    else:
+    if _alive(pid):
         os.kill(pid, signal.SIGKILL)
     node.pid_file.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs. A node started by this process is our child: reap it, or it lingers as a zombie
+    that ``kill(pid, 0)`` still finds."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child (started by another process)
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
 
 
 def stop(root: Path, sig: int = signal.SIGTERM) -> None:
