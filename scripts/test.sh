@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 
-echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsource tests scripts bench
+echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsource pyspark_bucketing tests scripts bench
 echo "== mypy --strict"; mypy
 echo "== pytest"
 set +e
