@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -440,12 +441,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                 with_replicas.append((r, tuple(sorted(str(h.endpoint) for h in replicas))))
             estimates: dict[TokenRange, int] = {}
             for host in cluster.metadata.all_hosts():
-                rows = session.execute(
-                    "SELECT range_start, range_end, mean_partition_size, partitions_count FROM system.size_estimates "
-                    "WHERE keyspace_name = %s AND table_name = %s",
-                    (o.keyspace, o.table),
-                    host=host,
-                )
+                rows = _estimates_of(session, host, o)
                 for range_start, range_end, mean_size, count in rows:
                     size = int(mean_size) * int(count)
                     for piece in _cut_at_bounds(int(range_start), int(range_end), lo, hi):
@@ -500,6 +496,29 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
     def identity(self) -> dict[str, Any]:
         o = self.options
         return {"connector": self.name, "keyspace": o.keyspace, "table": o.table, "columns": o.columns}
+
+
+def _estimates_of(session: Any, host: Any, options: CassandraOptions) -> list[Any]:
+    """One node's own size estimates. Right after connecting, the driver may not have opened its pool to every
+    node yet (it reports the node as down): retry within the connect timeout, then plan without that node's
+    estimates (splits stay correct, only less balanced) rather than fail the read."""
+    from cassandra.cluster import NoHostAvailable
+    from cassandra.protocol import ErrorMessage
+
+    deadline = time.monotonic() + options.connect_timeout_s
+    while True:
+        try:
+            return list(session.execute(
+                "SELECT range_start, range_end, mean_partition_size, partitions_count FROM system.size_estimates "
+                "WHERE keyspace_name = %s AND table_name = %s",
+                (options.keyspace, options.table),
+                host=host,
+            ))
+        except (NoHostAvailable, ErrorMessage) as exc:
+            if time.monotonic() >= deadline:
+                log.warning("no size estimates from %s (%s): planning without them", host.endpoint, exc)
+                return []
+            time.sleep(0.2)
 
 
 def _cut_at_bounds(start: int, end: int, lo: int, hi: int) -> list[TokenRange]:

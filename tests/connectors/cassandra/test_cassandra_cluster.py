@@ -65,6 +65,7 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
             stop(root)
             pytest.fail(f"the two-node test cluster did not start: {exc}", pytrace=False)
     ring = Ring(root)
+    wait_until_every_node_serves(ring)
     cluster, session = ring.session()
     try:
         session.execute(f"DROP KEYSPACE IF EXISTS {KS}")
@@ -82,6 +83,31 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
     yield ring
     if not reuse:
         stop(root, sig=signal.SIGKILL)  # throwaway data: no need to wait for a clean drain
+
+
+def wait_until_every_node_serves(ring: Ring, timeout: float = 120.0) -> None:
+    """CQL answering on a node does not mean it has joined the ring: poll until a fresh driver sees both nodes
+    up, the token map holds both tokens, and a query runs on each node."""
+    from cassandra.cluster import Cluster
+
+    deadline = time.monotonic() + timeout
+    last = "no attempt"
+    while time.monotonic() < deadline:
+        cluster = Cluster(ring.hosts.split(","), protocol_version=5)
+        try:
+            session = cluster.connect()
+            hosts = cluster.metadata.all_hosts()
+            if len(hosts) == NODES and all(h.is_up for h in hosts) and len(cluster.metadata.token_map.ring) == NODES:
+                for host in hosts:
+                    session.execute("SELECT release_version FROM system.local", host=host)
+                return
+            last = f"{[(str(h.endpoint), h.is_up) for h in hosts]}, {len(cluster.metadata.token_map.ring)} tokens"
+        except Exception as exc:  # noqa: BLE001 - any failure means "not yet"; the last one is reported
+            last = repr(exc)
+        finally:
+            cluster.shutdown()
+        time.sleep(1.0)
+    pytest.fail(f"the two-node cluster never became ready: {last}", pytrace=False)
 
 
 def reference(ring: Ring) -> pa.Table:
