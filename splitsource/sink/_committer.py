@@ -136,10 +136,6 @@ class BucketingGlobalCommitter:
             out.append((record, name.replace(".commit", ".done") in names))
         return out
 
-    def next_seq(self) -> int:
-        records = self.records()
-        return records[-1][0].seq + 1 if records else 1
-
     # -- FLIP-143 ----------------------------------------------------------------------------------------------
 
     def combine(self, files: Sequence[PendingFile], *, kind: str, write_id: str, batch_id: int = -1) -> CommitRecord:

@@ -88,6 +88,16 @@ def _collect(messages: list[Any]) -> tuple[list[PendingFile], str]:
     return files, (sorted(query_ids)[0] if query_ids else "")
 
 
+def _delete_pending(options: BucketingSinkOptions, files: list[PendingFile]) -> None:
+    """Remove the pending files of uncommitted (aborted or replayed) work; already gone is fine."""
+    fs, base = resolve_filesystem(options.path)
+    for f in files:
+        try:
+            fs.delete_file(f.pending_path(base, options.names))
+        except OSError:
+            pass
+
+
 def _committer(options: BucketingSinkOptions) -> BucketingGlobalCommitter:
     fs, base = resolve_filesystem(options.path)
     return BucketingGlobalCommitter(fs, base, options.names, retention=options.log_retention)
@@ -119,13 +129,7 @@ class BucketingBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[Any]) -> None:
         # best effort: tasks may still be running, so only files named in messages go; the next write sweeps
-        fs, base = resolve_filesystem(self.options.path)
-        files, _ = _collect(messages)
-        for f in files:
-            try:
-                fs.delete_file(f.pending_path(base, self.options.names))
-            except OSError:
-                pass
+        _delete_pending(self.options, _collect(messages)[0])
 
 
 class BucketingStreamWriter(DataSourceStreamArrowWriter):
@@ -147,11 +151,7 @@ class BucketingStreamWriter(DataSourceStreamArrowWriter):
         last = committer.last_stream_batch(query_id) if query_id else None
         if last is not None and batchId <= last:
             # a replay of a batch this query already committed: its new files are duplicates
-            fs, base = resolve_filesystem(self.options.path)
-            for f in files:
-                path = f.pending_path(base, self.options.names)
-                if fs.get_file_info(path).size is not None:
-                    fs.delete_file(path)
+            _delete_pending(self.options, files)
             return
         record = committer.combine(files, kind="stream", write_id=query_id, batch_id=batchId)
         committer.commit(record)
@@ -160,13 +160,7 @@ class BucketingStreamWriter(DataSourceStreamArrowWriter):
         committer.sweep(keep=())
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
-        fs, base = resolve_filesystem(self.options.path)
-        files, _ = _collect(messages)
-        for f in files:
-            try:
-                fs.delete_file(f.pending_path(base, self.options.names))
-            except OSError:
-                pass
+        _delete_pending(self.options, _collect(messages)[0])
 
 
 def _summary(record: CommitRecord) -> bytes:
