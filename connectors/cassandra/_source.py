@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.cassandra._tokens import PARTITIONERS, PlanEntry, TokenRange, build_plan, ring_ranges
-from connectors.cassandra._types import arrow_type, column_converter
+from connectors.cassandra._types import arrow_type, column_converter, select_expression
 from serializers import MsgpackRecordSerializer, SimpleVersionedSerializer
 from splitsource import (
     EnumeratorState,
@@ -387,7 +387,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         self._meta: tuple[list[str], list[str], pa.Schema, list[Any]] | None = None
 
     def _metadata(self) -> tuple[list[str], list[str], pa.Schema, list[Any]]:
-        """(partition key columns in schema order, selected columns, Arrow schema, converters)."""
+        """(partition key columns in schema order, selectors of the wanted columns, Arrow schema, converters)."""
         if self._meta is None:
             cluster, session = connect(self.options)
             try:
@@ -409,14 +409,15 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                 cluster.shutdown()
             schema = pa.schema([pa.field(n, arrow_type(t), nullable=True) for n, t in zip(wanted, types, strict=True)])
             converters = [column_converter(t, n) for n, t in zip(wanted, types, strict=True)]
-            self._meta = (pk, wanted, schema, converters)
+            selectors = [select_expression(t, _quote(n)) for n, t in zip(wanted, types, strict=True)]
+            self._meta = (pk, selectors, schema, converters)
         return self._meta
 
     def select_cql(self) -> str:
-        pk, columns, _, _ = self._metadata()
+        pk, selectors, _, _ = self._metadata()
         token = f"token({', '.join(_quote(c) for c in pk)})"
         return (
-            f"SELECT {', '.join(_quote(c) for c in columns)} FROM {_quote(self.options.keyspace)}."
+            f"SELECT {', '.join(selectors)} FROM {_quote(self.options.keyspace)}."
             f"{_quote(self.options.table)} WHERE {token} > ? AND {token} <= ?"
         )
 

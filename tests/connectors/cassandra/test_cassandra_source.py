@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from connectors.cassandra import CassandraConnectionError, CassandraSource
@@ -150,16 +151,25 @@ def test_every_cql_type_with_nulls_and_edges(loaded: Any) -> None:
             "'2024-02-29T12:34:56.789Z', '1970-01-01', '23:59:59.999999999', 1mo2d3ns, [1, 2], {'x', 'y'}, "
             "{'k': 1}, (7, 'seven'), {street: 'Main', zip: 12345}, [3], [1.0, 2.0, 3.0])"
         )
+        # past datetime's year 9999 and before 1970: kept exact (timestamps are read as epoch milliseconds)
+        session.execute(f"INSERT INTO {KS}.all_types (k, ts, tu) VALUES (2, 300000000000001, "
+                        "50554d6e-29bb-11e5-b345-feff819cdc9f)")
+        session.execute(f"INSERT INTO {KS}.all_types (k, ts) VALUES (3, -86400001)")
     finally:
         cluster.shutdown()
     source = CassandraSource(options(loaded, table="all_types"))
-    rows = {r["k"]: r for r in read_local(source).to_pylist()}
+    table = read_local(source)
+    micros = dict(zip(table.column("k").to_pylist(), table.column("ts").cast(pa.int64()).to_pylist(), strict=True))
+    assert micros[2] == 300_000_000_000_001_000 and micros[3] == -86_400_001_000
+    table = table.filter(pc.is_in(table.column("k"), pa.array([0, 1])))
+    rows = {r["k"]: r for r in table.to_pylist()}
     assert all(v is None for k, v in rows[0].items() if k != "k")
     one = rows[1]
     assert (one["ti"], one["si"], one["i"], one["bi"]) == (-128, 32767, -2147483648, 9223372036854775807)
     assert one["vi"] == "123456789012345678901234567890" and Decimal(one["de"]) == Decimal("3.14159265358979323846")
     assert one["t"] == "ünï" and one["bl"] == b"\xca\xfe" and one["ip"] == "::1"
     assert one["u"] == str(uuid.UUID("123e4567-e89b-12d3-a456-426614174000"))
+    assert one["tu"] == "50554d6e-29bb-11e5-b345-feff819cdc9f"
     assert one["ts"] == datetime(2024, 2, 29, 12, 34, 56, 789000, tzinfo=timezone.utc)
     assert one["dt"] == date(1970, 1, 1) and one["tm"] == 86_399_999_999_999
     assert one["du"] == {"months": 1, "days": 2, "nanoseconds": 3}
