@@ -28,7 +28,7 @@ from splitsource._source_reader import SourceReader
 from splitsource._spark_reader import conform_batch, spark_arrow_schema
 from splitsource.sink._bucketers import EMPTY_SEGMENT, NULL_SEGMENT
 from splitsource.sink._committer import META_DIR
-from splitsource.sink._formats import encode_json_lines, resolve_filesystem
+from splitsource.sink._formats import csv_ready, encode_json_lines, resolve_filesystem
 
 __all__ = ["Digest", "VerifyResult", "digest_output", "digest_source", "verify"]
 
@@ -73,7 +73,7 @@ class VerifyResult:
 
 def _csv_rows(batch: pa.RecordBatch) -> list[bytes]:
     buffer = io.BytesIO()
-    pa_csv.write_csv(batch, buffer, write_options=pa_csv.WriteOptions(include_header=False))
+    pa_csv.write_csv(csv_ready(batch), buffer, write_options=pa_csv.WriteOptions(include_header=False))
     return _parse_csv(buffer.getvalue().decode("utf-8"), header=False)
 
 

@@ -124,13 +124,36 @@ class _JsonLinesWriter(PartFileWriter):
         self._stream.write(encode_json_lines(batch))
 
 
+def _is_binary(t: pa.DataType) -> bool:
+    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
+
+
+def csv_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema CSV part files are written in: binary columns become base64 text (as in JSON lines, and as
+    DataStax Bulk Loader writes blobs), since CSV holds only text."""
+    return pa.schema([pa.field(f.name, pa.string(), f.nullable) if _is_binary(f.type) else f for f in schema])
+
+
+def csv_ready(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` in :func:`csv_schema`: each binary value base64-encoded, nulls kept."""
+    if not any(_is_binary(f.type) for f in batch.schema):
+        return batch
+    columns = [
+        pa.array([None if v is None else base64.b64encode(v).decode("ascii") for v in column.to_pylist()],
+                 pa.string()) if _is_binary(column.type) else column
+        for column in batch.columns
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=csv_schema(batch.schema))
+
+
 class _CsvWriter(PartFileWriter):
     def __init__(self, stream: Any, schema: pa.Schema, header: bool) -> None:
         super().__init__(stream)
-        self._writer = pa_csv.CSVWriter(stream, schema, write_options=pa_csv.WriteOptions(include_header=header))
+        self._writer = pa_csv.CSVWriter(stream, csv_schema(schema),
+                                        write_options=pa_csv.WriteOptions(include_header=header))
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self._writer.write_batch(batch)
+        self._writer.write_batch(csv_ready(batch))
 
     def close(self) -> int:
         self._writer.close()

@@ -78,3 +78,32 @@ def test_a_missing_table_or_an_unreachable_host_is_one_clear_line(table: Any, tm
     assert line.startswith("splitsource copy:") and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert ("nosuch" in line) if case == "missing-table" else ("127.0.0.77" in line)
     assert not out.exists() or finished(out) == {}
+
+
+def test_cassandra_copy_to_csv_writes_blobs_as_base64_and_verifies(table: Any, tmp_path: Path, spark: Any) -> None:
+    """uuid, timeuuid and timestamp columns are read in their server-side form; CSV holds blobs as base64 text."""
+    import base64
+    import uuid
+
+    cluster, session = table.session()
+    try:
+        session.execute(f"DROP TABLE IF EXISTS {KS}.blobs")
+        session.execute(f"CREATE TABLE {KS}.blobs (id int PRIMARY KEY, u uuid, tu timeuuid, at timestamp, data blob)")
+        insert = session.prepare(f"INSERT INTO {KS}.blobs (id, u, tu, at, data) VALUES (?, ?, now(), ?, ?)")
+        for i in range(200):
+            session.execute(insert, (i, uuid.UUID(int=i * 7919), 1_700_000_000_000 + i if i % 5 else None,
+                                     bytes([i % 256, 0, 255, 10, 13, 44, 34]) if i % 3 else None))
+    finally:
+        cluster.shutdown()
+    out = tmp_path / "blobs"
+    result = run(["copy", *source_args(table, table="blobs"), "--output", str(out), "--format", "csv", "--quiet"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "copy finished: 200 rows" in result.stdout
+    rows = {r["id"]: r for r in spark.read.option("header", True).option("escape", '"').option("inferSchema", False)
+            .csv(str(out)).collect()}
+    assert len(rows) == 200
+    assert base64.b64decode(rows["4"]["data"]) == bytes([4, 0, 255, 10, 13, 44, 34]) and rows["3"]["data"] is None
+    assert rows["2"]["u"] == str(uuid.UUID(int=2 * 7919)) and len(rows["2"]["tu"]) == 36
+    assert rows["1"]["at"].startswith("2023-11-14") and rows["5"]["at"] is None
+    check = run(["verify", *source_args(table, table="blobs"), "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr

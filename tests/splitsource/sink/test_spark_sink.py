@@ -54,6 +54,11 @@ def test_batch_append_and_overwrite_are_exact_and_readers_see_only_finished_file
 
 def test_jsonl_and_csv_round_trip_through_sparks_readers(spark: Any, tmp_path: Path) -> None:
     df = spark.range(0, 5000, 1, 2).selectExpr("id", "concat('n,', id, '\"q') AS name")
+    binary = spark.createDataFrame([(1, bytearray(b"\xff\x00,\n")), (2, None)], "id long, b binary")
+    binary.write.format("bucketing").option("format", "csv").option("bucketer", "none").mode("append") \
+        .save(str(tmp_path / "bin"))
+    back = spark.read.option("header", "true").option("escape", '"').csv(str(tmp_path / "bin")).collect()
+    assert sorted((r.id, r.b) for r in back) == [("1", "/wAsCg=="), ("2", None)]  # CSV holds binary as base64
     for fmt, read in (("jsonl", "json"), ("csv", "csv")):
         out = tmp_path / fmt
         df.write.format("bucketing").option("format", fmt).option("bucketer", "none").mode("append").save(str(out))
@@ -91,6 +96,10 @@ def test_bad_options_fail_before_any_task_naming_the_option(spark: Any, tmp_path
     with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
         df.write.format("bucketing").mode("error").save(str(tmp_path / "c"))
     assert not (tmp_path / "a").exists() or visible_files(tmp_path / "a") == []
+    # 'committables' is the copy job's input: a DataFrame of rows written with it is refused, and nothing lands
+    with pytest.raises(Exception, match="option 'input' is 'committables' but the rows have no 'file' column"):
+        df.write.format("bucketing").option("input", "committables").mode("append").save(str(tmp_path / "d"))
+    assert not (tmp_path / "d").exists() or visible_files(tmp_path / "d") == []
 
 
 def test_failed_and_speculative_attempts_leave_no_file(tmp_path: Path) -> None:
