@@ -2,7 +2,9 @@
 
 :func:`copy` wires ``readStream.format("splitsource")`` (micro-batches of splits; the offset is the enumerator
 state) to ``writeStream.format("bucketing")`` (each batch committed once, replays discarded) with Spark's own
-checkpoint and ``trigger(availableNow=True)``. Re-running the same copy resumes from the checkpoint: committed
+checkpoint and ``trigger(availableNow=True)``. Each read task writes its rows into pending part files itself and
+the stream carries only the committables (one small row per file) to the sink's commit: the rows never cross into
+the JVM and back, which was most of a copy's cost. Re-running the same copy resumes from the checkpoint: committed
 splits are never read again; a batch in flight when the job died is read again and its earlier files, never
 committed, are swept. The call returns only after the last batch is committed and ``_SUCCESS`` is written
 (FLIP-147: a bounded job reports success only once its last data is committed).
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -109,15 +112,25 @@ def _clock(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Invalid|Timeout|Unavailable)\w*): (.+)$")
+
+
 def root_cause(exc: BaseException) -> str:
-    """The line a user needs from a Spark exception: our own error's message if there is one."""
+    """The line a user needs from a Spark exception: our own error's message if there is one, else the last
+    Python exception of a worker's traceback (``ArrowInvalid: ...``), else the first line."""
     text = str(exc)
-    for line in reversed(text.splitlines()):
-        stripped = line.strip()
+    lines = [line.strip() for line in text.splitlines()]
+    for stripped in reversed(lines):
         for marker in ("Error: ", "Exception: "):
             head, _, message = stripped.partition(marker)
             if message and head.split(".")[0] in ("splitsource", "connectors", "serializers", "cassandra"):
                 return message
+    if "Traceback (most recent call last)" in text:
+        for stripped in reversed(lines):
+            match = _EXCEPTION_LINE.match(stripped)
+            if match:
+                return f"{match.group(1)}: {match.group(2)}"[:500]
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return first[:500]
 
@@ -165,7 +178,6 @@ def _spark_session(master: str) -> Any:
     spark = (SparkSession.builder.master(master).appName("splitsource copy")
              .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
              .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{quiet}")
-             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")  # fewer, larger batches to the sink
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("OFF")
     return spark
@@ -215,11 +227,16 @@ def copy(
 
     own_session = spark is None
     spark = spark or _spark_session(master)
-    batches: dict[int, int] = {}
+    committer = _committer(sink)
+    rows_before = _committed_rows(committer)
+    batches: set[int] = set()
     last_offset: dict[str, Any] = {"taken": _splits_from_checkpoint(checkpoint), "total": total_estimate}
+    # the read tasks write the part files themselves and hand only their committables to the sink's commit
+    stream_options = {**read_options, "copy_sink": json.dumps(sink_raw)}
     try:
-        frame = spark.readStream.format("splitsource").options(**read_options).load()
-        writer = frame.writeStream.format("bucketing").options(**{k: v for k, v in sink_raw.items() if k != "path"})
+        frame = spark.readStream.format("splitsource").options(**stream_options).load()
+        writer = frame.writeStream.format("bucketing").options(
+            **{k: v for k, v in sink_raw.items() if k != "path"}, input="committables")
         query = (writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
                  .queryName(f"splitsource-copy-{os.getpid()}").start(output))
         try:
@@ -227,7 +244,7 @@ def copy(
                 _collect_progress(query, batches, last_offset)
                 if progress is not None:
                     progress.update(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)),
-                                    sum(batches.values()))
+                                    _committed_rows(committer) - rows_before)
             _collect_progress(query, batches, last_offset)
         except KeyboardInterrupt:
             query.stop()
@@ -243,13 +260,11 @@ def copy(
         if own_session:
             spark.stop()
 
-    fs, base = resolve_filesystem(output)
-    committer = BucketingGlobalCommitter(fs, base, sink.names, retention=sink.log_retention)
-    latest = max((r for r, _ in committer.records() if r.kind == "stream"), key=lambda r: r.seq, default=None)
-    total_rows = latest.total_rows if latest else 0
+    fs, _ = resolve_filesystem(output)
+    total_rows = _committed_rows(committer)
     files = committer.finished_files()
     size = sum(fs.get_file_info(p).size or 0 for p in files)
-    rows = sum(batches.values())
+    rows = total_rows - rows_before
     seconds = time.monotonic() - started
     splits = int(last_offset.get("taken", 0))
     summary = CopySummary(rows, total_rows, len(files), size, splits, len(batches), seconds,
@@ -270,17 +285,27 @@ def _failure(cause: str, full: str, checkpoint: str) -> str:
         return cause
 
 
-def _collect_progress(query: Any, batches: dict[int, int], last_offset: dict[str, Any]) -> None:
+def _committer(sink: BucketingSinkOptions) -> BucketingGlobalCommitter:
+    fs, base = resolve_filesystem(sink.path)
+    return BucketingGlobalCommitter(fs, base, sink.names, retention=sink.log_retention)
+
+
+def _committed_rows(committer: BucketingGlobalCommitter) -> int:
+    """Rows the copy has committed over all its runs: the running total of its newest commit record."""
+    latest = max((r for r, _ in committer.records() if r.kind == "stream"), key=lambda r: r.seq, default=None)
+    return latest.total_rows if latest else 0
+
+
+def _collect_progress(query: Any, batches: set[int], last_offset: dict[str, Any]) -> None:
     for report in query.recentProgress:
-        batches[int(report["batchId"])] = int(report["numInputRows"])
+        if int(report["numInputRows"]) > 0:  # Spark's no-op batches carry no data: not batches of the copy
+            batches.add(int(report["batchId"]))
         sources = report.get("sources") or []
         if sources and sources[0].get("endOffset"):
             end = sources[0]["endOffset"]
             offset = json.loads(end) if isinstance(end, str) else end
             if int(offset.get("taken", 0)) >= int(last_offset.get("taken", 0)):
                 last_offset.update(taken=offset.get("taken", 0), total=offset.get("total", -1))
-    for batch_id in [b for b, rows in batches.items() if rows == 0]:
-        del batches[batch_id]  # batches with no data (Spark's no-op batches) are not batches of the copy
 
 
 def _splits_from_checkpoint(checkpoint: str) -> int:

@@ -17,6 +17,8 @@ initial_backoff_ms    200      first retry wait; doubles per attempt up to max_b
 max_backoff_ms        10000    longest retry wait
 max_splits_per_batch  0        streaming: splits per micro-batch (0: by max_bytes_per_batch_mb)
 max_bytes_per_batch_mb 256     streaming: estimated size of the splits of one micro-batch
+copy_sink             —        set by ``splitsource copy``: the bucketing sink's options (JSON); read
+                               tasks write the part files themselves and emit only their committables
 ====================  =======  ====================================================================
 
 Runs in Spark's Python workers, not in the user's process: the driver-side worker calls ``partitions()`` (the
@@ -36,7 +38,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from splitsource._api import Source, Split, _FixedContext
-from splitsource._errors import ExecutorEnvironmentError
+from splitsource._errors import ExecutorEnvironmentError, OptionsError
 from splitsource._options import option, parse_options
 from splitsource._registry import resolve_connector
 from splitsource._source_reader import RetryPolicy, SourceReader
@@ -70,6 +72,8 @@ class FrameworkOptions:
                                        minimum=0)
     max_bytes_per_batch_mb: float = option(256.0, doc="streaming: estimated size of a micro-batch's splits",
                                            minimum=0.001)
+    copy_sink: str = option("", doc="splitsource copy: the sink's options as JSON; tasks write the files and emit "
+                                    "only their committables")
 
     @property
     def retry(self) -> RetryPolicy:
@@ -208,11 +212,14 @@ class SplitSourceBatchReader(DataSourceReader):
         yield from read_partition(self._options, partition, self._expected)
 
 
-def read_partition(options: Mapping[str, str], partition: SplitsPartition, expected: pa.Schema
+def read_partition(options: Mapping[str, str], partition: SplitsPartition, expected: pa.Schema | None
                    ) -> Iterator[pa.RecordBatch]:
-    """Read one partition's splits in order, in exactly the Arrow schema Spark expects (batch and streaming)."""
+    """Read one partition's splits in order, in exactly the Arrow schema Spark expects (batch and streaming);
+    ``expected`` None: the schema Spark would expect for the source's own schema (the copy job's write path)."""
     check_executor(partition)
     framework, source = build_source(options)
+    if expected is None:
+        expected = spark_arrow_schema(source.schema())[1]
     remaining = iter(partition.splits)
     reader = SourceReader(
         source,
@@ -241,11 +248,18 @@ class SplitSourceDataSource(DataSource):
         return "splitsource"
 
     def schema(self) -> StructType:
-        _, source = build_source(self.options)
+        framework, source = build_source(self.options)
+        if framework.copy_sink:  # the copy job's stream: committables, not the source's rows
+            from splitsource.sink._spark import COMMITTABLES_SCHEMA
+
+            return from_arrow_schema(COMMITTABLES_SCHEMA)
         return spark_arrow_schema(source.schema())[0]
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        build_source(self.options)  # fail on bad options in the driver, before any task starts
+        framework, _ = build_source(self.options)  # fail on bad options in the driver, before any task starts
+        if framework.copy_sink:
+            raise OptionsError("option 'copy_sink' is set by splitsource copy for its stream; a batch read cannot "
+                               "use it")
         return SplitSourceBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name

@@ -36,8 +36,8 @@ from pyspark.sql.types import StructType
 
 from serializers import SerializationError, read_envelope, write_envelope
 from splitsource._api import Source, Split, _FixedContext
-from splitsource._errors import CheckpointError
-from splitsource._spark_reader import SplitsPartition, build_source, pack_splits, read_partition
+from splitsource._errors import CheckpointError, OptionsError
+from splitsource._spark_reader import SplitsPartition, build_source, conform_batch, pack_splits, read_partition
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 from splitsource._version import __version__
 
@@ -50,6 +50,18 @@ def source_fingerprint(source: Source[Any, Any, Any, Any]) -> str:
     """A short digest of what the source reads (its identity, secrets excluded)."""
     identity = json.dumps(source.identity(), sort_keys=True, default=str)
     return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+def _copy_sink(raw: str) -> Any:
+    if not raw:
+        return None
+    from splitsource.sink._options import parse_sink_options
+
+    try:
+        options = json.loads(raw)
+    except ValueError:
+        raise OptionsError("option 'copy_sink' is not JSON (it is set by splitsource copy)") from None
+    return parse_sink_options(options)
 
 
 def _b64(data: bytes) -> str:
@@ -65,6 +77,9 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         framework, source = build_source(self._options)
         self._framework = framework
         self._fingerprint = source_fingerprint(source)
+        # the copy job: each read task writes its splits' rows into pending files and emits only the committables,
+        # so the rows never cross into the JVM and back (see docs/architecture.md, "The copy job's write path")
+        self._sink = _copy_sink(framework.copy_sink)
 
     # -- offsets -----------------------------------------------------------------------------------------------
 
@@ -135,7 +150,13 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitsPartition)
-        yield from read_partition(self._options, partition, self._expected)
+        if self._sink is None:
+            yield from read_partition(self._options, partition, self._expected)
+            return
+        from splitsource.sink._spark import committables_batch, write_task
+
+        message = write_task(self._sink, read_partition(self._options, partition, None))
+        yield conform_batch(committables_batch(message), self._expected)
 
     def commit(self, end: dict[str, Any]) -> None:
         return None

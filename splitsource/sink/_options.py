@@ -51,6 +51,8 @@ class BucketingSinkOptions:
     csv_header: bool = option(True, doc="CSV: write a header line at the top of each part file")
     log_retention: int = option(10, doc="commit records kept in _bucketing/log (the log never grows past this)",
                                 minimum=2)
+    input: str = option("rows", doc="rows to write, or 'committables': pending files already written by the "
+                                    "tasks (splitsource copy)", choices=("rows", "committables"))
 
     @property
     def file_format(self) -> FileFormat:

@@ -31,7 +31,11 @@ from splitsource.sink._formats import resolve_filesystem
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 from splitsource.sink._writer import BucketingSinkWriter
 
-__all__ = ["BucketingCommitMessage", "BucketingDataSource"]
+__all__ = ["COMMITTABLES_SCHEMA", "BucketingCommitMessage", "BucketingDataSource", "committables_batch", "write_task"]
+
+# input 'committables': rows that each name a pending file a task already wrote (versioned bytes) and its rows
+COMMITTABLES_SCHEMA = pa.schema([pa.field("file", pa.binary(), nullable=False),
+                                 pa.field("rows", pa.int64(), nullable=False)])
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,8 @@ def _task_context() -> tuple[int, str, int]:
     return ctx.partitionId(), query, int(batch) if batch not in (None, "") else -1
 
 
-def _write_task(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
+def write_task(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
+    """Write one task's batches into pending files; on any failure its in-progress files are removed."""
     partition, query_id, batch_id = _task_context()
     fs, base = resolve_filesystem(options.path)
     writer: BucketingSinkWriter | None = None
@@ -75,6 +80,27 @@ def _write_task(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]
         raise
     return BucketingCommitMessage(tuple(write_envelope(PENDING_FILE_SERIALIZER, f) for f in files), query_id,
                                   batch_id)
+
+
+def committables_batch(message: BucketingCommitMessage) -> pa.RecordBatch:
+    """A task's pending files as rows of :data:`COMMITTABLES_SCHEMA` (the copy job's read tasks emit these)."""
+    return pa.RecordBatch.from_arrays(
+        [pa.array(message.files, pa.binary()), pa.array([f.rows for f in message.pending_files()], pa.int64())],
+        schema=COMMITTABLES_SCHEMA)
+
+
+def _task_output(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
+    if options.input == "rows":
+        return write_task(options, batches)
+    # the files are written already (by the read side of the same task): pass them on to the commit
+    _, query_id, batch_id = _task_context()
+    files: list[bytes] = []
+    for batch in batches:
+        if "file" not in batch.schema.names:
+            raise SinkError("option 'input' is 'committables' but the rows have no 'file' column: it is set by "
+                            "splitsource copy, not for writing a DataFrame")
+        files.extend(batch.column("file").to_pylist())
+    return BucketingCommitMessage(tuple(files), query_id, batch_id)
 
 
 def _collect(messages: list[Any]) -> tuple[list[PendingFile], str]:
@@ -116,7 +142,7 @@ class BucketingBatchWriter(DataSourceArrowWriter):
         committer.sweep()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
-        return _write_task(self.options, iterator)
+        return _task_output(self.options, iterator)
 
     def commit(self, messages: list[Any]) -> None:
         committer = _committer(self.options)
@@ -142,7 +168,7 @@ class BucketingStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
-        return _write_task(self.options, iterator)
+        return _task_output(self.options, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
         committer = _committer(self.options)

@@ -148,3 +148,16 @@ def test_copy_from_python_returns_the_summary(tmp_path: Path, spark: Any) -> Non
     assert summary.total_rows == 3000 and summary.rows == 3000 and summary.splits == 3 and summary.files >= 1
     assert summary.checkpoint == f"{tmp_path / 'out'}.checkpoint"
     assert spark.read.parquet(str(tmp_path / "out")).count() == 3000
+
+
+def test_root_cause_is_the_line_a_user_needs() -> None:
+    from splitsource._copy import root_cause
+
+    ours = "[STREAM_FAILED] Query terminated\nTraceback (most recent call last):\n  File \"x.py\", line 1\n" \
+           "connectors.cassandra._errors.CassandraConnectionError: cannot reach Cassandra at 10.0.0.1:9042\n"
+    assert root_cause(Exception(ours)) == "cannot reach Cassandra at 10.0.0.1:9042"
+    worker = "[STREAM_FAILED] Query [id = 1] terminated with exception: [PYTHON_EXCEPTION] An exception was " \
+             "thrown from the Python worker: Traceback (most recent call last):\n  File \"w.py\", line 9, in write\n" \
+             "    self._writer.write_batch(batch)\npyarrow.lib.ArrowInvalid: Invalid UTF8 payload\n SQLSTATE: 38000"
+    assert root_cause(Exception(worker)) == "ArrowInvalid: Invalid UTF8 payload"
+    assert root_cause(Exception("[CANNOT_OPEN] cannot open /x\n\tat org.apache.Foo")) == "[CANNOT_OPEN] cannot open /x"

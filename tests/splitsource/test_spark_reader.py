@@ -68,6 +68,11 @@ def test_bad_option_is_named(spark: Any) -> None:
         read(spark, rowz="10").schema  # noqa: B018
 
 
+def test_copy_sink_is_refused_in_a_batch_read(spark: Any) -> None:
+    with pytest.raises(Exception, match=r"option 'copy_sink' is set by splitsource copy for its stream"):
+        spark.read.format("splitsource").option("connector", "generator").option("copy_sink", "{}").load().count()
+
+
 def test_unknown_connector_is_named(spark: Any) -> None:
     with pytest.raises(Exception, match=r"option 'connector': 'nosuch' is neither a built-in connector"):
         spark.read.format("splitsource").option("connector", "nosuch").load()
