@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""splitsource side by side with the tools users would pick instead, on one 1,000,000-row table, in one run.
+
+Methods, each run as a child process (wall time includes start-up; peak RSS covers the whole process tree,
+JVMs included; Cassandra itself is not counted):
+
+- ``dsbulk unload -> csv``: DataStax Bulk Loader 1.10.0 unloading the table to CSV;
+- ``scc -> parquet``: the Spark Cassandra Connector 3.5.1 on PySpark 3.5, ``local[2]``, read + ``write.parquet``;
+- ``driver per core``: a plain cassandra-driver scan of all token ranges, one process per core (no output);
+- ``splitsource copy -> parquet`` and ``-> csv``: the ``splitsource copy`` command, from scratch;
+- ``splitsource read + count``: ``spark.read.format("splitsource")`` + ``count()`` in ``local[2]``.
+
+Every method's row count is checked (files are read back) before its time counts. Runs go round-robin,
+``--repeat`` rounds, and the medians are reported with the ratio of each method's rows/s to ``splitsource copy
+-> parquet``. Writes bench/results/tools.json and bench/results/tools.png.
+
+    python bench/bench_tools.py --repeat 3        # installs dsbulk, PySpark 3.5 + SCC, loads the table
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import tools  # noqa: E402
+from bench._measure import Measured, run  # noqa: E402
+from bench.cassandra_table import HOSTS, KEYSPACE, TABLE, ensure_cassandra, ensure_loaded  # noqa: E402
+
+CORES = os.cpu_count() or 1
+BASELINE = "splitsource copy -> parquet"
+SPLITSOURCE = [sys.executable, "-m", "splitsource.cli"]
+SOURCE = ["--connector", "cassandra", "-o", f"hosts={HOSTS}", "-o", f"keyspace={KEYSPACE}", "-o", f"table={TABLE}"]
+
+
+def _parquet_rows(directory: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in directory.rglob("*.parquet"))
+
+
+def _csv_rows(directory: Path, header: bool) -> int:
+    rows = 0
+    for path in directory.rglob("*.csv"):
+        with path.open(newline="") as f:
+            rows += sum(1 for _ in csv.reader(f)) - (1 if header else 0)
+    return rows
+
+
+def _fresh(out: Path) -> Path:
+    for p in (out, out.with_name(out.name + ".checkpoint")):
+        shutil.rmtree(p, ignore_errors=True)
+    return out
+
+
+def dsbulk(out: Path) -> tuple[Measured, int]:
+    target = _fresh(out / "dsbulk")
+    command = tools.dsbulk() + ["unload", "-h", HOSTS.split(",")[0], "-k", KEYSPACE, "-t", TABLE,
+                                "-url", str(target), "--connector.csv.header", "false",
+                                "--log.directory", str(out / "dsbulk-logs")]
+    measured = run(command)
+    return measured, _csv_rows(target, header=False) if measured.returncode == 0 else -1
+
+
+def scc(out: Path) -> tuple[Measured, int]:
+    python, jars = tools.spark35()
+    target = _fresh(out / "scc")
+    measured = run([str(python), str(ROOT / "bench" / "scc_copy.py"), HOSTS.split(",")[0], KEYSPACE, TABLE,
+                    str(target), *map(str, jars)], env={"PYSPARK_PYTHON": str(python)})
+    return measured, _parquet_rows(target) if measured.returncode == 0 else -1
+
+
+def driver_per_core(out: Path) -> tuple[Measured, int]:
+    measured = run([sys.executable, str(ROOT / "bench" / "bench_cassandra.py"), "--method", f"driver-{CORES}"])
+    return measured, _reported_rows(measured)
+
+
+def copy_to(fmt: str) -> Callable[[Path], tuple[Measured, int]]:
+    def method(out: Path) -> tuple[Measured, int]:
+        target = _fresh(out / f"splitsource-{fmt}")
+        measured = run(SPLITSOURCE + ["copy", *SOURCE, "--output", str(target), "--format", fmt, "--quiet"])
+        if measured.returncode != 0:
+            return measured, -1
+        return measured, _parquet_rows(target) if fmt == "parquet" else _csv_rows(target, header=True)
+
+    return method
+
+
+def read_count(out: Path) -> tuple[Measured, int]:
+    measured = run([sys.executable, str(ROOT / "bench" / "bench_cassandra.py"), "--method", "splitsource-spark"])
+    return measured, _reported_rows(measured)
+
+
+def _reported_rows(measured: Measured) -> int:
+    if measured.returncode != 0:
+        return -1
+    return int(json.loads(measured.output.strip().splitlines()[-1])["rows"])
+
+
+METHODS: dict[str, Callable[[Path], tuple[Measured, int]]] = {
+    "dsbulk unload -> csv": dsbulk,
+    "scc -> parquet": scc,
+    f"driver per core ({CORES} processes)": driver_per_core,
+    BASELINE: copy_to("parquet"),
+    "splitsource copy -> csv": copy_to("csv"),
+    "splitsource read + count": read_count,
+}
+
+
+def chart(results: dict[str, Any], rows: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    rates = [results[n]["rows_per_s"] / 1000 for n in names]
+    colors = ["#1f77b4" if n.startswith("splitsource") else "#999999" for n in names]
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(names) + 1.2))
+    bars = ax.barh(names[::-1], rates[::-1], color=colors[::-1])
+    for bar, name in zip(bars, names[::-1], strict=True):
+        r = results[name]
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                f" {r['rows_per_s'] / 1000:.0f}k rows/s, {r['wall_s']:.1f} s, {r['peak_rss_mb']} MB",
+                va="center", fontsize=8)
+    ax.set_xlabel("thousand rows per second (median wall time, start-up included)")
+    ax.set_title(f"Cassandra table of {rows:,} rows (~200 B each), {CORES} cores")
+    ax.set_xlim(0, max(rates) * 1.6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", nargs="*", help="run only the methods whose names start with these")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/splitsource-bench-tools"),
+                        help="scratch directory for the outputs (emptied per run)")
+    args = parser.parse_args()
+    ensure_loaded(args.rows, ensure_cassandra())
+    tools.dsbulk()
+    tools.spark35()
+    args.out.mkdir(parents=True, exist_ok=True)
+    names = [n for n in METHODS if not args.only or any(n.startswith(o) for o in args.only)]
+    runs: dict[str, list[Measured]] = {n: [] for n in names}
+    for round_ in range(1, args.repeat + 1):
+        for name in names:
+            measured, rows = METHODS[name](args.out)
+            if rows != args.rows:
+                raise SystemExit(f"{name}: {rows} rows instead of {args.rows} (exit {measured.returncode}):\n"
+                                 f"{measured.output[-3000:]}")
+            runs[name].append(measured)
+            print(f"round {round_}: {name:34s} {measured.seconds:7.2f} s  peak {measured.peak_rss_mb:,.0f} MB",
+                  flush=True)
+    results: dict[str, Any] = {}
+    for name, measured in runs.items():
+        wall = statistics.median(m.seconds for m in measured)
+        results[name] = {"wall_s": round(wall, 2), "rows_per_s": round(args.rows / wall),
+                         "peak_rss_mb": round(max(m.peak_rss_mb for m in measured)),
+                         "runs_s": [round(m.seconds, 2) for m in measured]}
+    base = results.get(BASELINE)
+    print(f"\n{'method':36s} {'wall s':>8s} {'rows/s':>10s} {'peak MB':>8s} {'vs copy':>8s}")
+    for name, r in results.items():
+        if base:
+            r["ratio_to_splitsource_copy"] = round(r["rows_per_s"] / base["rows_per_s"], 2)
+        print(f"{name:36s} {r['wall_s']:8.2f} {r['rows_per_s']:10,d} {r['peak_rss_mb']:8,d} "
+              f"{r.get('ratio_to_splitsource_copy', float('nan')):8.2f}")
+    out = ROOT / "bench" / "results" / "tools.json"
+    out.write_text(json.dumps({"rows": args.rows, "repeat": args.repeat, "cores": CORES, "baseline": BASELINE,
+                               "command": "python bench/bench_tools.py " + " ".join(sys.argv[1:]),
+                               "results": results}, indent=2) + "\n")
+    chart(results, args.rows, out.with_suffix(".png"))
+    print(f"\nwrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
