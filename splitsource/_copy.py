@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from splitsource._api import _FixedContext
-from splitsource._errors import CheckpointError, SplitSourceError
+from splitsource._errors import CheckpointError, OptionsError, SplitSourceError
+from splitsource._offsets import source_fingerprint
 from splitsource._spark_reader import build_source
-from splitsource._spark_stream import source_fingerprint
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._formats import resolve_filesystem, write_atomically
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
@@ -177,10 +177,15 @@ def _spark_session(master: str) -> Any:
     quiet = Path(__file__).with_name("resources") / "log4j2-quiet.properties"
     spark = (SparkSession.builder.master(master).appName("splitsource copy")
              .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{quiet}")
+             # C1 only: a copy's JVM schedules and commits, it runs no heavy code; measured 2 s less start-up
+             .config("spark.driver.extraJavaOptions",
+                     f"-Dlog4j2.configurationFile=file:{quiet} -XX:TieredStopAtLevel=1")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("OFF")
     return spark
+
+
+ENGINES = ("spark", "local")
 
 
 def copy(
@@ -196,13 +201,24 @@ def copy(
     max_splits_per_batch: int = 0,
     progress: Progress | None = None,
     spark: Any = None,
+    engine: str = "spark",
+    workers: int = 0,
 ) -> CopySummary:
     """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
+
+    ``engine``: ``spark`` (a Spark streaming query on ``master``) or ``local`` (``workers`` processes on this
+    machine, default one per core, no JVM); both commit the same way, a checkpoint belongs to one engine.
 
     Raises :class:`OptionsError` for bad options, :class:`CheckpointError` for a foreign or corrupt checkpoint
     and :class:`CopyError` when the job fails; none of them touches committed output.
     """
     started = time.monotonic()
+    if engine not in ENGINES:
+        raise OptionsError(f"option 'engine': {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine == "local" and spark is not None:
+        raise OptionsError("option 'engine': 'local' runs without Spark; do not pass a Spark session")
+    if workers < 0:
+        raise OptionsError(f"option 'workers': {workers} is negative")
     output = output if "://" in output else os.path.abspath(output)
     checkpoint = checkpoint or default_checkpoint(output)
     checkpoint = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
@@ -218,17 +234,53 @@ def copy(
     identity = {"version": 1, "connector": connector, "identity": source.identity(),
                 "source": source_fingerprint(source), "output": output, "format": sink.format,
                 "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
+    if engine != "spark":
+        identity["engine"] = engine  # the engines' checkpoints differ: one engine's is refused by the other
     resumed = _check_identity(checkpoint, identity)
     _describe_output(sink)
+    committer = _committer(sink)
+    rows_before = _committed_rows(committer)
+    if engine == "local":
+        splits, total, batches = _copy_locally(read_options, sink_raw, committer, checkpoint, workers, progress)
+    else:
+        splits, total, batches = _copy_with_spark(source, read_options, sink_raw, committer, checkpoint, master,
+                                                  progress, spark, rows_before)
+
+    fs, _ = resolve_filesystem(output)
+    total_rows = _committed_rows(committer)
+    files = committer.finished_files()
+    size = sum(fs.get_file_info(p).size or 0 for p in files)
+    rows = total_rows - rows_before
+    seconds = time.monotonic() - started
+    summary = CopySummary(rows, total_rows, len(files), size, splits, batches, seconds,
+                          rows / seconds if seconds > 0 else 0.0, resumed, output, checkpoint)
+    if progress is not None:
+        progress.update(splits, max(splits, total), rows, final=True)
+    committer.end_of_input(json.dumps(asdict(summary)).encode())
+    return summary
+
+
+def _copy_locally(read_options: Mapping[str, str], sink_raw: Mapping[str, str], committer: BucketingGlobalCommitter,
+                  checkpoint: str, workers: int, progress: Progress | None) -> tuple[int, int, int]:
+    from splitsource._local_copy import LocalCopyFailed, run_local
+
+    try:
+        run = run_local(read_options, sink_raw, committer, checkpoint, workers or os.cpu_count() or 1,
+                        progress.update if progress is not None else None)
+    except LocalCopyFailed as exc:
+        raise CopyError(_failure(str(exc), exc.detail or str(exc), checkpoint)) from None
+    return run.taken, run.total, run.batches
+
+
+def _copy_with_spark(source: Any, read_options: Mapping[str, str], sink_raw: Mapping[str, str],
+                     committer: BucketingGlobalCommitter, checkpoint: str, master: str, progress: Progress | None,
+                     spark: Any, rows_before: int) -> tuple[int, int, int]:
     enumerator = source.create_enumerator(_FixedContext(2))
     enumerator.start()
     total_estimate = enumerator.estimated_total_splits() or -1
     enumerator.close()
-
     own_session = spark is None
     spark = spark or _spark_session(master)
-    committer = _committer(sink)
-    rows_before = _committed_rows(committer)
     batches: set[int] = set()
     last_offset: dict[str, Any] = {"taken": _splits_from_checkpoint(checkpoint), "total": total_estimate}
     # the read tasks write the part files themselves and hand only their committables to the sink's commit
@@ -238,7 +290,7 @@ def copy(
         writer = frame.writeStream.format("bucketing").options(
             **{k: v for k, v in sink_raw.items() if k != "path"}, input="committables")
         query = (writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
-                 .queryName(f"splitsource-copy-{os.getpid()}").start(output))
+                 .queryName(f"splitsource-copy-{os.getpid()}").start(sink_raw["path"]))
         try:
             while not query.awaitTermination(1.0):
                 _collect_progress(query, batches, last_offset)
@@ -259,20 +311,7 @@ def copy(
     finally:
         if own_session:
             spark.stop()
-
-    fs, _ = resolve_filesystem(output)
-    total_rows = _committed_rows(committer)
-    files = committer.finished_files()
-    size = sum(fs.get_file_info(p).size or 0 for p in files)
-    rows = total_rows - rows_before
-    seconds = time.monotonic() - started
-    splits = int(last_offset.get("taken", 0))
-    summary = CopySummary(rows, total_rows, len(files), size, splits, len(batches), seconds,
-                          rows / seconds if seconds > 0 else 0.0, resumed, output, checkpoint)
-    if progress is not None:
-        progress.update(splits, max(splits, int(last_offset.get("total", splits) or splits)), rows, final=True)
-    committer.end_of_input(json.dumps(asdict(summary)).encode())
-    return summary
+    return int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)), len(batches)
 
 
 def _failure(cause: str, full: str, checkpoint: str) -> str:

@@ -1,13 +1,9 @@
 """``spark.readStream.format("splitsource")``: a bounded source read as micro-batches of splits.
 
 Each micro-batch takes the next splits from the enumerator, up to a read limit (``max_splits_per_batch`` splits,
-or ``max_bytes_per_batch_mb`` of estimated size). The offset is a JSON dict that carries everything needed to
-replay the batch after a crash, so Spark's own checkpoint is the copy job's checkpoint:
-
-- ``state``: the enumerator's versioned, serialized state after this batch's splits were taken;
-- ``batch``: this batch's splits, serialized: ``partitions(start, end)`` returns exactly them, on any replay;
-- ``taken`` / ``total``: splits handed out so far and the enumerator's estimate of all (for progress);
-- ``source``: a fingerprint of the source's identity: a checkpoint of another source is refused.
+or ``max_bytes_per_batch_mb`` of estimated size). The offset (:mod:`splitsource._offsets`) carries the enumerator's
+state and the batch's splits, so Spark's own checkpoint is the copy job's checkpoint and ``partitions(start,
+end)`` returns exactly the same splits on any replay.
 
 Bounded: once the enumerator has no split left, ``latestOffset`` returns its start offset unchanged, which ends a
 ``trigger(availableNow=True)`` query after its last batch is committed.
@@ -15,8 +11,6 @@ Bounded: once the enumerator has no split left, ``latestOffset`` returns its sta
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import sys
 from collections.abc import Iterator, Mapping
@@ -34,22 +28,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from serializers import SerializationError, read_envelope, write_envelope
-from splitsource._api import Source, Split, _FixedContext
-from splitsource._errors import CheckpointError, OptionsError
+from splitsource._errors import OptionsError
+from splitsource._offsets import check_offset, initial_offset, next_offset, offset_splits, source_fingerprint
 from splitsource._spark_reader import SplitsPartition, build_source, conform_batch, pack_splits, read_partition
-from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 from splitsource._version import __version__
 
-__all__ = ["OFFSET_VERSION", "SplitSourceStreamReader", "source_fingerprint"]
-
-OFFSET_VERSION = 1
-
-
-def source_fingerprint(source: Source[Any, Any, Any, Any]) -> str:
-    """A short digest of what the source reads (its identity, secrets excluded)."""
-    identity = json.dumps(source.identity(), sort_keys=True, default=str)
-    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+__all__ = ["SplitSourceStreamReader"]
 
 
 def _copy_sink(raw: str) -> Any:
@@ -62,10 +46,6 @@ def _copy_sink(raw: str) -> Any:
     except ValueError:
         raise OptionsError("option 'copy_sink' is not JSON (it is set by splitsource copy)") from None
     return parse_sink_options(options)
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -85,14 +65,7 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
         _, source = build_source(self._options)
-        enumerator = source.create_enumerator(_FixedContext(self._parallelism()))
-        enumerator.start()
-        try:
-            total = enumerator.estimated_total_splits()
-            state = enumerator_state_to_bytes(source, enumerator.snapshot_state())
-        finally:
-            enumerator.close()
-        return self._offset(state, [], taken=0, total=total, source=source)
+        return initial_offset(source, self._fingerprint, self._parallelism())
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
         if self._framework.max_splits_per_batch > 0:
@@ -105,44 +78,23 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
         _, source = build_source(self._options)
-        self._check(start)
-        state = enumerator_state_from_bytes(source, base64.b64decode(start["state"]))
-        enumerator = source.restore_enumerator(_FixedContext(self._parallelism()), state)
-        enumerator.start()
-        batch: list[Split] = []
-        size = 0
-        try:
-            while True:
-                if isinstance(limit, ReadMaxFiles) and len(batch) >= limit.max_files:
-                    break
-                if isinstance(limit, ReadMaxBytes) and batch and size >= limit.max_bytes:
-                    break
-                split = enumerator.next_split()
-                if split is None:
-                    break
-                batch.append(split)
-                size += split.estimated_size_bytes
-                if not isinstance(limit, ReadAllAvailable | ReadMaxFiles | ReadMaxBytes):
-                    break  # a limit we do not know: one split per batch is always safe
-            if not batch:
-                return start  # nothing left: the bounded source is done
-            new_state = enumerator_state_to_bytes(source, enumerator.snapshot_state())
-        finally:
-            enumerator.close()
-        return self._offset(new_state, batch, taken=int(start["taken"]) + len(batch), total=start.get("total"),
-                            source=source)
+        if isinstance(limit, ReadMaxFiles):
+            bounds = {"max_splits": limit.max_files}
+        elif isinstance(limit, ReadMaxBytes):
+            bounds = {"max_bytes": limit.max_bytes}
+        elif isinstance(limit, ReadAllAvailable):
+            bounds = {}
+        else:
+            bounds = {"max_splits": 1}  # a limit we do not know: one split per batch is always safe
+        end = next_offset(source, self._fingerprint, start, self._parallelism(), **bounds)
+        return start if end is None else end  # unchanged: the bounded source is done
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         if start == end:
             return []
-        self._check(end)
         _, source = build_source(self._options)
-        serializer = source.split_serializer()
-        try:
-            splits = [read_envelope(serializer, base64.b64decode(s)) for s in end["batch"]]
-        except (SerializationError, ValueError) as exc:
-            raise CheckpointError(f"the checkpoint's offset cannot be read ({exc}); it is corrupt or was written "
-                                  "by an incompatible release") from None
+        check_offset(end, self._fingerprint)
+        splits = offset_splits(source, end)
         groups = pack_splits(splits, target_bytes=int(self._framework.partition_size_mb * 1024 * 1024),
                              partitions=self._framework.partitions, min_partitions=self._framework.min_partitions)
         python = (sys.version_info[0], sys.version_info[1])
@@ -165,23 +117,3 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def _parallelism(self) -> int:
         return max(self._framework.partitions, self._framework.min_partitions, 1)
-
-    def _offset(self, state: bytes, batch: list[Split], *, taken: int, total: int | None,
-                source: Source[Any, Any, Any, Any]) -> dict[str, Any]:
-        serializer = source.split_serializer()
-        return {
-            "version": OFFSET_VERSION,
-            "source": self._fingerprint,
-            "taken": taken,
-            "total": total if total is not None else -1,
-            "state": _b64(state),
-            "batch": [_b64(write_envelope(serializer, s)) for s in batch],
-        }
-
-    def _check(self, offset: Mapping[str, Any]) -> None:
-        if not isinstance(offset, Mapping) or offset.get("version") != OFFSET_VERSION or "state" not in offset:
-            raise CheckpointError("the streaming checkpoint holds an offset splitsource did not write (or a newer "
-                                  "release wrote): use another checkpoint location")
-        if offset.get("source") != self._fingerprint:
-            raise CheckpointError("the streaming checkpoint belongs to another source (different connector, table or "
-                                  "options): use another checkpoint location, or the options it was started with")

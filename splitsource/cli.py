@@ -19,6 +19,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXAMPLES = """examples:
   splitsource copy --connector cassandra -o hosts=127.0.0.1 -o keyspace=shop -o table=orders \\
       --output /data/orders --format parquet
+  splitsource copy --engine local --connector cassandra -o hosts=127.0.0.1 -o keyspace=shop -o table=orders \\
+      --output /data/orders-csv --format csv          # one machine, no JVM
   splitsource verify --connector cassandra -o hosts=127.0.0.1 -o keyspace=shop -o table=orders \\
       --output /data/orders
 
@@ -56,7 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                       help="a bucketing sink option (repeat), e.g. bucket_columns=country, part_size_mb=128")
     copy.add_argument("--checkpoint", help="checkpoint location (default: <output>.checkpoint)")
-    copy.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    copy.add_argument("--engine", choices=("spark", "local"), default="spark",
+                      help="spark (default): a Spark streaming query on --master; local: worker processes on this "
+                           "machine, no JVM (faster on one machine); a checkpoint belongs to one engine")
+    copy.add_argument("--master", default=None, help="Spark master (default local[2]); --engine spark only")
+    copy.add_argument("--workers", type=int, default=0,
+                      help="worker processes (default: one per core); --engine local only")
     copy.add_argument("--max-splits-per-batch", type=int, default=0,
                       help="splits per committed batch (default: by estimated size, 256 MiB)")
     copy.add_argument("--quiet", action="store_true", help="no progress, only the summary")
@@ -69,10 +76,15 @@ def _parser() -> argparse.ArgumentParser:
 def _copy(args: argparse.Namespace) -> int:
     from splitsource._copy import Progress, copy
 
+    if args.engine == "local" and args.master is not None:
+        raise OptionsError("--master is for --engine spark; --engine local runs on this machine (see --workers)")
+    if args.engine == "spark" and args.workers:
+        raise OptionsError("--workers is for --engine local; with --engine spark, --master sets the parallelism")
     summary = copy(
         args.connector, _pairs(args.option, "-o"), args.output, format=args.format, bucketer=args.bucketer,
-        sink_options=_pairs(args.sink_option, "--sink-option"), checkpoint=args.checkpoint, master=args.master,
-        max_splits_per_batch=args.max_splits_per_batch, progress=None if args.quiet else Progress(),
+        sink_options=_pairs(args.sink_option, "--sink-option"), checkpoint=args.checkpoint,
+        master=args.master or "local[2]", max_splits_per_batch=args.max_splits_per_batch,
+        progress=None if args.quiet else Progress(), engine=args.engine, workers=args.workers,
     )
     print(summary.text())
     return EXIT_OK

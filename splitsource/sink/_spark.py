@@ -29,7 +29,7 @@ from splitsource.sink._committer import BucketingGlobalCommitter, CommitRecord
 from splitsource.sink._files import PENDING_FILE_SERIALIZER, PendingFile
 from splitsource.sink._formats import resolve_filesystem
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
-from splitsource.sink._writer import BucketingSinkWriter
+from splitsource.sink._writer import write_files
 
 __all__ = ["COMMITTABLES_SCHEMA", "BucketingCommitMessage", "BucketingDataSource", "committables_batch", "write_task"]
 
@@ -64,20 +64,7 @@ def _task_context() -> tuple[int, str, int]:
 def write_task(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
     """Write one task's batches into pending files; on any failure its in-progress files are removed."""
     partition, query_id, batch_id = _task_context()
-    fs, base = resolve_filesystem(options.path)
-    writer: BucketingSinkWriter | None = None
-    # a token per task attempt: a retried or speculative attempt never shares a file name with another one
-    task = f"{partition:05d}-{uuid.uuid4().hex[:8]}"
-    try:
-        for batch in batches:
-            if writer is None:
-                writer = BucketingSinkWriter(options, batch.schema, fs, base, task=task)
-            writer.write(batch)
-        files = writer.prepare_commit(end_of_input=True) if writer is not None else []
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
+    files = write_files(options, batches, partition)
     return BucketingCommitMessage(tuple(write_envelope(PENDING_FILE_SERIALIZER, f) for f in files), query_id,
                                   batch_id)
 

@@ -17,7 +17,8 @@ Contract:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -26,10 +27,10 @@ import pyarrow.fs as pafs
 from splitsource._errors import SinkError
 from splitsource.sink._bucketers import Bucketer
 from splitsource.sink._files import InProgressFile, PendingFile, WriterState, join
-from splitsource.sink._formats import PartFileWriter, truncate, write_atomically
+from splitsource.sink._formats import PartFileWriter, resolve_filesystem, truncate, write_atomically
 from splitsource.sink._options import BucketingSinkOptions
 
-__all__ = ["BucketingSinkWriter"]
+__all__ = ["BucketingSinkWriter", "write_files"]
 
 
 @dataclass
@@ -194,3 +195,24 @@ class BucketingSinkWriter:
         self._fs.move(in_progress, pending)
         self._pending.append(committable)
 
+
+
+def write_files(options: BucketingSinkOptions, batches: Iterable[pa.RecordBatch], partition: int) -> list[PendingFile]:
+    """One task: write ``batches`` into part files and close them as pending files (the task's committables).
+
+    On any failure the task's in-progress files are removed. Every call has its own token in the file names, so a
+    retried or speculative attempt of the same partition never shares a name with another one.
+    """
+    fs, base = resolve_filesystem(options.path)
+    writer: BucketingSinkWriter | None = None
+    task = f"{partition:05d}-{uuid.uuid4().hex[:8]}"
+    try:
+        for batch in batches:
+            if writer is None:
+                writer = BucketingSinkWriter(options, batch.schema, fs, base, task=task)
+            writer.write(batch)
+        return writer.prepare_commit(end_of_input=True) if writer is not None else []
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise

@@ -41,14 +41,16 @@ def finished(out: Path) -> dict[str, float]:
             if p.is_file() and not any(s.startswith(("_", ".")) for s in p.relative_to(out).parts)}
 
 
-def kill_and_rerun(args: list[str], out: Path, kills: int, seed: int) -> str:
-    """Start the copy, SIGKILL it at a random moment, ``kills`` times; then run it to the end. Returns the
-    final run's stdout after checking it read exactly what was not committed before it."""
+def kill_and_rerun(args: list[str], out: Path, kills: int, seed: int, window: tuple[float, float] = (6.0, 16.0)
+                   ) -> str:
+    """Start the copy, SIGKILL its process group at a random moment in ``window`` seconds, ``kills`` times; then
+    run it to the end. Returns the final run's stdout after checking it read exactly what was not committed
+    before it. The default window spans JVM start-up to mid-batch and mid-commit of the Spark engine."""
     rng = random.Random(seed)
     for _ in range(kills):
         proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
-        time.sleep(rng.uniform(6.0, 16.0))  # from JVM start-up to mid-batch and mid-commit
+        time.sleep(rng.uniform(*window))
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -107,3 +107,14 @@ def test_cassandra_copy_to_csv_writes_blobs_as_base64_and_verifies(table: Any, t
     assert rows["1"]["at"].startswith("2023-11-14") and rows["5"]["at"] is None
     check = run(["verify", *source_args(table, table="blobs"), "--output", str(out)])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+
+
+def test_cassandra_local_engine_copy_killed_and_rerun_is_exact(table: Any, tmp_path: Path) -> None:
+    out = tmp_path / "events"
+    args = ["copy", *source_args(table), "--engine", "local", "--workers", "2", "--output", str(out),
+            "--max-splits-per-batch", "2", "--quiet"]
+    stdout = kill_and_rerun(args, out, kills=3, seed=5, window=(1.0, 3.5))
+    assert f"copy finished: {ROWS:,} rows" in stdout
+    check = run(["verify", *source_args(table), "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+    assert not list(out.rglob("*.in-progress")) and not list(out.rglob("*.pending"))

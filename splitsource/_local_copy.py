@@ -1,0 +1,264 @@
+"""The local copy engine (``splitsource copy --engine local``): the Spark engine's exactly-once protocol, run by
+worker processes on this machine, with no JVM.
+
+Per batch, as Spark's micro-batch execution does it:
+
+1. the offset after the batch (enumerator state + the batch's splits, :mod:`splitsource._offsets`) is written to
+   ``<checkpoint>/local/offsets/<batch>`` before any split is read (a write-ahead log);
+2. worker processes (``python -m splitsource._local_worker``, one per core by default) each read a group of the
+   batch's splits and write them into pending part files through the bucketing sink's writer;
+3. the coordinator commits the batch's pending files with the sink's global committer, as stream batch
+   ``<batch>`` of this checkpoint's query id, then sweeps what is left.
+
+A re-run recovers the sink (finishes a logged commit, sweeps orphans), finds the last committed batch of its query
+id in the sink's log, and replays the batch after it if its offset was written, so a batch is committed once
+and committed splits are never read again. The enumerator runs in the coordinator only.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import IO, Any
+
+from serializers import read_envelope, write_envelope
+from splitsource._errors import CheckpointError, SplitSourceError
+from splitsource._offsets import check_offset, initial_offset, next_offset, offset_splits, source_fingerprint
+from splitsource._spark_reader import build_source, pack_splits
+from splitsource._version import __version__
+from splitsource.sink._committer import BucketingGlobalCommitter
+from splitsource.sink._files import PENDING_FILE_SERIALIZER
+from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
+
+__all__ = ["LOCAL_DIR", "LocalCopyFailed", "LocalRun", "run_local", "taken_in_checkpoint"]
+
+LOCAL_DIR = "local"  # in the checkpoint: query-id, offsets/<batch>, workers.log
+
+
+class LocalCopyFailed(SplitSourceError):
+    """A task failed in a worker (``detail`` holds its traceback), or a worker process died."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    batches: int  # batches committed by this run
+    taken: int  # splits of the source committed (over all runs)
+    total: int  # the enumerator's estimate of all splits (-1: unknown)
+
+
+ProgressFn = Callable[[int, int, int], None]  # (splits done, estimated total, rows this run)
+
+
+class _Workers:
+    """Worker processes, each running one task at a time; killed all at once when one task fails."""
+
+    def __init__(self, count: int, log: IO[bytes] | int) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self._procs = [
+            subprocess.Popen([sys.executable, "-m", "splitsource._local_worker"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=log, env=env)
+            for _ in range(count)
+        ]
+
+    def run(self, tasks: list[dict[str, Any]], done: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+        from splitsource._local_worker import read_frame, write_frame
+
+        idle: queue.Queue[subprocess.Popen[bytes]] = queue.Queue()
+        for proc in self._procs:
+            idle.put(proc)
+
+        def one(task: dict[str, Any]) -> dict[str, Any]:
+            proc = idle.get()
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                write_frame(proc.stdin, task)
+                answer = read_frame(proc.stdout)
+            except OSError:
+                answer = None
+            if answer is None:
+                code = proc.wait()
+                raise LocalCopyFailed(f"a worker process died (exit code {code}) while reading "
+                                      f"{len(task['splits'])} split(s)")
+            idle.put(proc)
+            if "error" in answer:
+                raise LocalCopyFailed(answer["error"], answer.get("detail", ""))
+            result: dict[str, Any] = answer["ok"]
+            done(result)
+            return result
+
+        with ThreadPoolExecutor(max_workers=len(self._procs)) as executor:
+            futures = [executor.submit(one, task) for task in tasks]
+            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [f for f in finished if f.exception() is not None]
+            if failed:
+                self.kill()  # the other tasks' reads end at once; the batch is not committed
+                raise failed[0].exception()  # type: ignore[misc]
+            return [f.result() for f in futures]
+
+    def kill(self) -> None:
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self._procs:
+            proc.wait()
+
+    def close(self) -> None:
+        for proc in self._procs:
+            if proc.stdin is not None and not proc.stdin.closed:
+                try:
+                    proc.stdin.close()  # end of input: the worker exits
+                except OSError:
+                    pass
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+
+
+def _query_id(fs: Any, root: str) -> str:
+    """This checkpoint's query id (made at its first run): the sink deduplicates batches per query id."""
+    path = f"{root}/query-id"
+    if fs.get_file_info(path).size is None:
+        write_atomically(fs, path, f"local-{uuid.uuid4().hex}".encode())
+    return read_text(fs, path).strip()
+
+
+def _offset_path(root: str, batch: int) -> str:
+    return f"{root}/offsets/{batch}"
+
+
+def _read_offset(fs: Any, root: str, batch: int) -> dict[str, Any] | None:
+    import json
+
+    path = _offset_path(root, batch)
+    if fs.get_file_info(path).size is None:
+        return None
+    try:
+        return dict(json.loads(read_text(fs, path)))
+    except (ValueError, UnicodeDecodeError, TypeError):
+        raise CheckpointError(f"the checkpoint's offset {path} is corrupt; move the checkpoint aside to start the "
+                              "copy again from the beginning") from None
+
+
+def _write_offset(fs: Any, root: str, batch: int, offset: Mapping[str, Any]) -> None:
+    import json
+
+    write_atomically(fs, _offset_path(root, batch), json.dumps(offset).encode())
+
+
+def _prune_offsets(fs: Any, root: str, keep_from: int) -> None:
+    import pyarrow.fs as pafs
+
+    for info in fs.get_file_info(pafs.FileSelector(f"{root}/offsets", allow_not_found=True)):
+        if info.base_name.isdigit() and int(info.base_name) < keep_from:
+            fs.delete_file(info.path)
+
+
+def taken_in_checkpoint(checkpoint: str) -> tuple[int, int]:
+    """(splits taken, estimated total) by the newest offset of a local checkpoint; (0, -1) if there is none."""
+    import pyarrow.fs as pafs
+
+    fs, base = resolve_filesystem(checkpoint)
+    root = f"{base}/{LOCAL_DIR}"
+    batches = [int(i.base_name) for i in fs.get_file_info(pafs.FileSelector(f"{root}/offsets", allow_not_found=True))
+               if i.base_name.isdigit()]
+    offset = _read_offset(fs, root, max(batches)) if batches else None
+    return (int(offset["taken"]), int(offset.get("total", -1))) if offset else (0, -1)
+
+
+def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], committer: BucketingGlobalCommitter,
+              checkpoint: str, workers: int, progress: ProgressFn | None = None) -> LocalRun:
+    """Copy every split not committed yet (see the module docstring); returns what this run did."""
+    framework, source = build_source(read_options)
+    fingerprint = source_fingerprint(source)
+    serializer = source.split_serializer()
+    fs, base = resolve_filesystem(checkpoint)
+    root = f"{base}/{LOCAL_DIR}"
+    fs.create_dir(f"{root}/offsets", recursive=True)
+    query_id = _query_id(fs, root)
+    committer.recover()
+    last_committed = committer.last_stream_batch(query_id)
+    last = -1 if last_committed is None else last_committed
+    committer.sweep(keep=())  # no task runs now: whatever is transient is an orphan of an earlier run
+    parallelism = max(framework.partitions, framework.min_partitions, workers)
+    if framework.max_splits_per_batch > 0:
+        limits = {"max_splits": framework.max_splits_per_batch}
+    else:
+        limits = {"max_bytes": int(framework.max_bytes_per_batch_mb * 1024 * 1024)}
+    python = [sys.version_info[0], sys.version_info[1]]
+    lock = threading.Lock()
+    start = _read_offset(fs, root, last) if last >= 0 else None
+    if last >= 0 and start is None:
+        raise CheckpointError(f"checkpoint {checkpoint} has no offset for batch {last}, which the output's commit "
+                              "log says it committed; it is incomplete: use the checkpoint the copy was run with")
+    done_splits, total = (int(start["taken"]), int(start.get("total", -1))) if start else (0, -1)
+    rows = 0
+    batches = 0
+    log_path = f"{base}/{LOCAL_DIR}/workers.log"
+    log: IO[bytes] | int = open(log_path, "ab") if "://" not in checkpoint else subprocess.DEVNULL  # noqa: SIM115
+    pool: _Workers | None = None
+
+    def task_done(result: dict[str, Any]) -> None:
+        nonlocal done_splits, rows
+        with lock:
+            done_splits += int(result["splits"])
+            rows += int(result["rows"])
+            if progress is not None:
+                progress(done_splits, total, rows)
+
+    try:
+        while True:
+            batch_id = last + 1
+            end = _read_offset(fs, root, batch_id)  # logged before a batch that never committed: replay it
+            if end is None:
+                begin = start or initial_offset(source, fingerprint, parallelism)
+                total = int(begin.get("total", -1))
+                end = next_offset(source, fingerprint, begin, parallelism, **limits)
+                if end is None:
+                    break  # nothing left: the bounded source is done
+                _write_offset(fs, root, batch_id, end)
+            check_offset(end, fingerprint)
+            total = int(end.get("total", -1))
+            splits = offset_splits(source, end)
+            groups = pack_splits(splits, target_bytes=int(framework.partition_size_mb * 1024 * 1024),
+                                 partitions=framework.partitions,
+                                 min_partitions=max(framework.min_partitions, workers))
+            tasks = [{"options": dict(read_options), "sink": dict(sink_raw), "index": i, "python": python,
+                      "version": __version__, "splits": [write_envelope(serializer, s) for s in group]}
+                     for i, group in enumerate(groups)]
+            pool = pool or _Workers(workers, log)
+            try:
+                results = pool.run(tasks, task_done)
+            except LocalCopyFailed:
+                pool = None  # killed: its tasks' files are swept below
+                committer.sweep(keep=())
+                raise
+            files = [read_envelope(PENDING_FILE_SERIALIZER, f) for r in results for f in r["files"]]
+            record = committer.combine(files, kind="stream", write_id=query_id, batch_id=batch_id)
+            committer.commit(record)
+            committer.sweep(keep=())
+            _prune_offsets(fs, root, keep_from=batch_id)
+            last, start = batch_id, end
+            done_splits = int(end["taken"])
+            batches += 1
+    finally:
+        if pool is not None:
+            pool.close()
+        if not isinstance(log, int):
+            log.close()
+    return LocalRun(batches, int(start["taken"]) if start else 0, total)

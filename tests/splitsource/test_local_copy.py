@@ -1,0 +1,101 @@
+"""``splitsource copy --engine local``: worker processes, no JVM; the same exactly-once protocol as the Spark engine."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.splitsource.test_copy import CLI, committed_rows, finished, kill_and_rerun, run
+
+pytestmark = [pytest.mark.slow]
+# about 5 s a run: 120 fetches of 80 ms over 2 workers, in batches of 2 splits
+GEN = ["--connector", "generator", "-o", "rows=60000", "-o", "split_rows=4000", "-o", "batch_rows=500",
+       "-o", "fetch_delay_ms=80", "-o", "columns=id:bigint,name:string?,score:double,at:timestamp"]
+LOCAL = ["--engine", "local", "--workers", "2"]
+
+
+def rows_this_run(stdout: str) -> int:
+    return int(re.search(r"this run: ([\d,]+) rows", stdout).group(1).replace(",", ""))  # type: ignore[union-attr]
+
+
+def test_local_copy_killed_many_times_ends_exact_and_never_rereads(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["copy", *GEN, *LOCAL, "--output", str(out), "--max-splits-per-batch", "2", "--quiet"]
+    stdout = kill_and_rerun(args, out, kills=5, seed=3, window=(0.5, 4.0))
+    assert "copy finished: 60,000 rows" in stdout
+    assert 0 < rows_this_run(stdout) < 60_000, "the kills should have left part of the copy to the last run"
+    check = run(["verify", *GEN, "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+    assert (out / "_SUCCESS").exists()
+    assert not list(out.rglob("*.in-progress")) and not list(out.rglob("*.pending"))
+    offsets = sorted((tmp_path / "out.checkpoint" / "local" / "offsets").iterdir())
+    assert len(offsets) == 1, "offsets of committed batches are pruned down to the newest"
+
+
+def test_a_killed_worker_fails_the_copy_and_the_rerun_finishes_exact(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["copy", *GEN, *LOCAL, "--output", str(out), "--max-splits-per-batch", "4", "--quiet"]
+    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    worker = None
+    deadline = time.monotonic() + 60
+    while worker is None and time.monotonic() < deadline:
+        found = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "splitsource._local_worker"],
+                               capture_output=True, text=True).stdout.split()
+        worker = int(found[0]) if found else None
+        time.sleep(0.1)
+    assert worker is not None, "no worker process started"
+    time.sleep(1.5)  # mid-batch
+    os.kill(worker, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "a worker process died (exit code -9)" in stderr.strip().splitlines()[-1], stderr[-2000:]
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "splitsource._local_worker"]).returncode == 1
+    before = committed_rows(out)
+    final = run(args)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert rows_this_run(final.stdout) == 60_000 - before
+    check = run(["verify", *GEN, "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+
+
+def test_a_failing_split_is_one_line_and_commits_nothing_of_its_batch(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    gen = ["--connector", "generator", "-o", "rows=8000", "-o", "split_rows=1000", "-o", "fail_at_row=5500",
+           "-o", "fail_kind=fatal"]
+    result = run(["copy", *gen, *LOCAL, "--output", str(out), "--max-splits-per-batch", "2"])
+    assert result.returncode == 1
+    line = result.stderr.strip().splitlines()[-1]
+    assert re.search(r"reading split\(s\) generator-5 failed: injected failure at row 5500 .*\(details: .*"
+                     r"splitsource-copy-error.log\)$", line), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert committed_rows(out) == 4000  # batches 0 and 1 committed; batch 2 (splits 4, 5) not at all
+    assert all(not f.startswith("_") for f in finished(out))
+    assert "Traceback" in (tmp_path / "out.checkpoint" / "splitsource-copy-error.log").read_text()
+
+
+def test_a_checkpoint_of_one_engine_is_refused_by_the_other(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    gen = ["--connector", "generator", "-o", "rows=2000"]
+    assert run(["copy", *gen, *LOCAL, "--output", str(out), "--quiet"]).returncode == 0
+    result = run(["copy", *gen, "--output", str(out), "--quiet"])
+    assert result.returncode == 1
+    assert "belongs to another copy (it differs in: engine" in result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--engine", "local", "--master", "local[4]"], "--master is for --engine spark"),
+    (["--workers", "3"], "--workers is for --engine local"),
+    (["--engine", "local", "--workers", "-1"], "option 'workers': -1 is negative"),
+])
+def test_engine_flags_that_do_not_fit_exit_2(tmp_path: Path, args: list[str], expected: str) -> None:
+    result = run(["copy", "--connector", "generator", *args, "--output", str(tmp_path / "out")])
+    assert result.returncode == 2 and expected in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
