@@ -5,8 +5,9 @@ Per batch, as Spark's micro-batch execution does it:
 
 1. the offset after the batch (enumerator state + the batch's splits, :mod:`splitsource._offsets`) is written to
    ``<checkpoint>/local/offsets/<batch>`` before any split is read (a write-ahead log);
-2. worker processes (``python -m splitsource._local_worker``, one per core by default) each read a group of the
-   batch's splits and write them into pending part files through the bucketing sink's writer;
+2. worker processes (``python -m splitsource._local_worker``, one per core by default) ask for the batch's splits
+   one at a time (so the work balances itself, as FLIP-27 readers request splits) and write their rows into
+   pending part files through the bucketing sink's writer: one file per worker per batch and bucket;
 3. the coordinator commits the batch's pending files with the sink's global committer, as stream batch
    ``<batch>`` of this checkpoint's query id, then sweeps what is left.
 
@@ -18,7 +19,6 @@ and committed splits are never read again. The enumerator runs in the coordinato
 from __future__ import annotations
 
 import os
-import queue
 import subprocess
 import sys
 import threading
@@ -31,13 +31,13 @@ from typing import IO, Any
 from serializers import read_envelope, write_envelope
 from splitsource._errors import CheckpointError, SplitSourceError
 from splitsource._offsets import check_offset, initial_offset, next_offset, offset_splits, source_fingerprint
-from splitsource._spark_reader import build_source, pack_splits
+from splitsource._spark_reader import SplitsPartition, build_source
 from splitsource._version import __version__
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PENDING_FILE_SERIALIZER
 from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
 
-__all__ = ["LOCAL_DIR", "LocalCopyFailed", "LocalRun", "run_local", "taken_in_checkpoint"]
+__all__ = ["LOCAL_DIR", "LocalCopyFailed", "LocalRun", "run_local"]
 
 LOCAL_DIR = "local"  # in the checkpoint: query-id, offsets/<batch>, workers.log
 
@@ -71,38 +71,50 @@ class _Workers:
             for _ in range(count)
         ]
 
-    def run(self, tasks: list[dict[str, Any]], done: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    def run(self, task: dict[str, Any], splits: list[bytes], progress: Callable[[int, int], None]
+            ) -> list[dict[str, Any]]:
+        """Run one batch: every worker takes ``task`` and asks for splits until none is left (so the work
+        balances itself); ``progress(splits finished, rows written)`` after each request. Returns each worker's
+        result."""
         from splitsource._local_worker import read_frame, write_frame
 
-        idle: queue.Queue[subprocess.Popen[bytes]] = queue.Queue()
-        for proc in self._procs:
-            idle.put(proc)
+        lock = threading.Lock()
+        remaining = list(reversed(splits))
+        rows = [0] * len(self._procs)
+        holding = [0] * len(self._procs)  # splits handed to each worker and not known to be finished
+        handed = [0]
 
-        def one(task: dict[str, Any]) -> dict[str, Any]:
-            proc = idle.get()
+        def one(index: int) -> dict[str, Any]:
+            proc = self._procs[index]
             assert proc.stdin is not None and proc.stdout is not None
+            current = -1
             try:
-                write_frame(proc.stdin, task)
-                answer = read_frame(proc.stdout)
+                write_frame(proc.stdin, {**task, "index": index})
+                while (message := read_frame(proc.stdout)) is not None and "next" in message:
+                    with lock:
+                        split = remaining.pop() if remaining else None
+                        rows[index] = int(message["rows"])
+                        holding[index] = 0 if split is None else 1
+                        handed[0] += 0 if split is None else 1
+                        progress(handed[0] - sum(holding), sum(rows))
+                    current = handed[0]
+                    write_frame(proc.stdin, {"split": split})
             except OSError:
-                answer = None
-            if answer is None:
+                message = None
+            if message is None:
                 code = proc.wait()
-                raise LocalCopyFailed(f"a worker process died (exit code {code}) while reading "
-                                      f"{len(task['splits'])} split(s)")
-            idle.put(proc)
-            if "error" in answer:
-                raise LocalCopyFailed(answer["error"], answer.get("detail", ""))
-            result: dict[str, Any] = answer["ok"]
-            done(result)
-            return result
+                raise LocalCopyFailed(f"a worker process died (exit code {code})"
+                                      + (f" while reading split {current} of the batch" if current > 0 else ""))
+            if "error" in message:
+                raise LocalCopyFailed(message["error"], message.get("detail", ""))
+            return dict(message["ok"])
 
         with ThreadPoolExecutor(max_workers=len(self._procs)) as executor:
-            futures = [executor.submit(one, task) for task in tasks]
+            futures = [executor.submit(one, i) for i in range(len(self._procs))]
             finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in finished if f.exception() is not None]
             if failed:
-                self.kill()  # the other tasks' reads end at once; the batch is not committed
+                self.kill()  # the other workers' reads end at once; the batch is not committed
                 raise failed[0].exception()  # type: ignore[misc]
             return [f.result() for f in futures]
 
@@ -169,18 +181,6 @@ def _prune_offsets(fs: Any, root: str, keep_from: int) -> None:
             fs.delete_file(info.path)
 
 
-def taken_in_checkpoint(checkpoint: str) -> tuple[int, int]:
-    """(splits taken, estimated total) by the newest offset of a local checkpoint; (0, -1) if there is none."""
-    import pyarrow.fs as pafs
-
-    fs, base = resolve_filesystem(checkpoint)
-    root = f"{base}/{LOCAL_DIR}"
-    batches = [int(i.base_name) for i in fs.get_file_info(pafs.FileSelector(f"{root}/offsets", allow_not_found=True))
-               if i.base_name.isdigit()]
-    offset = _read_offset(fs, root, max(batches)) if batches else None
-    return (int(offset["taken"]), int(offset.get("total", -1))) if offset else (0, -1)
-
-
 def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], committer: BucketingGlobalCommitter,
               checkpoint: str, workers: int, progress: ProgressFn | None = None) -> LocalRun:
     """Copy every split not committed yet (see the module docstring); returns what this run did."""
@@ -200,8 +200,8 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
         limits = {"max_splits": framework.max_splits_per_batch}
     else:
         limits = {"max_bytes": int(framework.max_bytes_per_batch_mb * 1024 * 1024)}
-    python = [sys.version_info[0], sys.version_info[1]]
-    lock = threading.Lock()
+    task = {"options": dict(read_options), "sink": dict(sink_raw),
+            "environment": SplitsPartition((), (sys.version_info[0], sys.version_info[1]), __version__)}
     start = _read_offset(fs, root, last) if last >= 0 else None
     if last >= 0 and start is None:
         raise CheckpointError(f"checkpoint {checkpoint} has no offset for batch {last}, which the output's commit "
@@ -213,13 +213,9 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
     log: IO[bytes] | int = open(log_path, "ab") if "://" not in checkpoint else subprocess.DEVNULL  # noqa: SIM115
     pool: _Workers | None = None
 
-    def task_done(result: dict[str, Any]) -> None:
-        nonlocal done_splits, rows
-        with lock:
-            done_splits += int(result["splits"])
-            rows += int(result["rows"])
-            if progress is not None:
-                progress(done_splits, total, rows)
+    def batch_progress(splits_finished: int, batch_rows: int) -> None:
+        if progress is not None:
+            progress(done_splits + splits_finished, total, rows + batch_rows)
 
     try:
         while True:
@@ -235,17 +231,11 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             check_offset(end, fingerprint)
             total = int(end.get("total", -1))
             splits = offset_splits(source, end)
-            groups = pack_splits(splits, target_bytes=int(framework.partition_size_mb * 1024 * 1024),
-                                 partitions=framework.partitions,
-                                 min_partitions=max(framework.min_partitions, workers))
-            tasks = [{"options": dict(read_options), "sink": dict(sink_raw), "index": i, "python": python,
-                      "version": __version__, "splits": [write_envelope(serializer, s) for s in group]}
-                     for i, group in enumerate(groups)]
             pool = pool or _Workers(workers, log)
             try:
-                results = pool.run(tasks, task_done)
+                results = pool.run(task, [write_envelope(serializer, s) for s in splits], batch_progress)
             except LocalCopyFailed:
-                pool = None  # killed: its tasks' files are swept below
+                pool = None  # killed: its files are swept below
                 committer.sweep(keep=())
                 raise
             files = [read_envelope(PENDING_FILE_SERIALIZER, f) for r in results for f in r["files"]]
@@ -255,6 +245,7 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             _prune_offsets(fs, root, keep_from=batch_id)
             last, start = batch_id, end
             done_splits = int(end["taken"])
+            rows += sum(int(r["rows"]) for r in results)
             batches += 1
     finally:
         if pool is not None:

@@ -28,7 +28,7 @@ enumerator runs to the end once), executor workers call ``read()`` for each part
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,7 @@ __all__ = [
     "conform_batch",
     "pack_splits",
     "read_partition",
+    "read_splits",
     "spark_arrow_schema",
 ]
 
@@ -217,16 +218,23 @@ def read_partition(options: Mapping[str, str], partition: SplitsPartition, expec
     """Read one partition's splits in order, in exactly the Arrow schema Spark expects (batch and streaming);
     ``expected`` None: the schema Spark would expect for the source's own schema (the copy job's write path)."""
     check_executor(partition)
+    remaining = iter(partition.splits)
+    yield from read_splits(options, lambda: next(remaining, None), expected, f"partition-{len(partition.splits)}")
+
+
+def read_splits(options: Mapping[str, str], next_split: Callable[[], Split | None], expected: pa.Schema | None,
+                name: str) -> Iterator[pa.RecordBatch]:
+    """Read the splits ``next_split`` hands out (None: no more) through one :class:`SourceReader`, as Arrow
+    batches in ``expected`` (None: the Spark-conformed form of the source's schema)."""
     framework, source = build_source(options)
     if expected is None:
         expected = spark_arrow_schema(source.schema())[1]
-    remaining = iter(partition.splits)
     reader = SourceReader(
         source,
-        lambda: next(remaining, None),
+        next_split,
         queue_capacity=framework.queue_capacity,
         retry=framework.retry,
-        name=f"partition-{len(partition.splits)}",
+        name=name,
     )
     for batch in reader.read():
         yield conform_batch(batch, expected)

@@ -99,3 +99,24 @@ def test_engine_flags_that_do_not_fit_exit_2(tmp_path: Path, args: list[str], ex
     result = run(["copy", "--connector", "generator", *args, "--output", str(tmp_path / "out")])
     assert result.returncode == 2 and expected in result.stderr, result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_workers_request_splits_one_at_a_time_and_write_one_file_each(tmp_path: Path) -> None:
+    """Dynamic split assignment: both workers stay busy, progress moves split by split, and each worker writes
+    one part file per batch (not one per split)."""
+    import splitsource
+
+    seen: list[tuple[int, int]] = []
+
+    class Recorder:
+        def update(self, splits: int, total: int, rows: int, final: bool = False) -> None:
+            seen.append((splits, rows))
+
+    summary = splitsource.copy(
+        "generator", {"rows": "16000", "split_rows": "1000", "batch_rows": "250", "fetch_delay_ms": "20"},
+        str(tmp_path / "out"), engine="local", workers=2, progress=Recorder(),  # type: ignore[arg-type]
+    )
+    assert (summary.total_rows, summary.splits, summary.batches, summary.files) == (16_000, 16, 1, 2)
+    splits_seen = sorted({s for s, _ in seen})
+    assert splits_seen[-1] == 16 and len(splits_seen) >= 12, seen  # progress after (nearly) every split
+    assert [r for _, r in seen] == sorted(r for _, r in seen)
