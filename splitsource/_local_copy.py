@@ -211,7 +211,8 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
     batches = 0
     log_path = f"{base}/{LOCAL_DIR}/workers.log"
     log: IO[bytes] | int = open(log_path, "ab") if "://" not in checkpoint else subprocess.DEVNULL  # noqa: SIM115
-    pool: _Workers | None = None
+    # started before the first batch is planned: their start-up (a Python, its imports) overlaps the planning
+    pool: _Workers | None = _Workers(workers, log)
 
     def batch_progress(splits_finished: int, batch_rows: int) -> None:
         if progress is not None:

@@ -100,6 +100,10 @@ def _die_with_parent() -> None:
 
 def main() -> int:
     _die_with_parent()
+    # imported now, while the coordinator plans the first batch, not when its first task arrives
+    import splitsource._spark_reader  # noqa: F401
+    import splitsource.sink._writer  # noqa: F401
+
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints of connectors must not corrupt the frames
     sys.stdout = sys.stderr

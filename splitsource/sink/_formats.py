@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -128,21 +129,38 @@ def _is_binary(t: pa.DataType) -> bool:
     return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
 
 
+def _is_zoned(t: pa.DataType) -> bool:
+    """A timestamp in zone "UTC" (what Spark hands over), which pyarrow prints as its instant and ``Z``. Other
+    zones, "Etc/UTC" and "+00:00" included, print local time and an offset and are left to pyarrow."""
+    return bool(pa.types.is_timestamp(t) and t.tz == "UTC")
+
+
 def csv_schema(schema: pa.Schema) -> pa.Schema:
     """The schema CSV part files are written in: binary columns become base64 text (as in JSON lines, and as
-    DataStax Bulk Loader writes blobs), since CSV holds only text."""
-    return pa.schema([pa.field(f.name, pa.string(), f.nullable) if _is_binary(f.type) else f for f in schema])
+    DataStax Bulk Loader writes blobs), since CSV holds only text; UTC timestamps become their text."""
+    return pa.schema([pa.field(f.name, pa.string(), f.nullable) if _is_binary(f.type) or _is_zoned(f.type) else f
+                      for f in schema])
+
+
+def _zoned_text(column: pa.Array) -> pa.Array:
+    """What pyarrow's CSV writer prints for a UTC timestamp (the instant, then ``Z``), 15x faster: it converts
+    every value through the zone database to print it."""
+    naive = column.cast(pa.timestamp(column.type.unit))  # same stored UTC values, no zone
+    return pc.binary_join_element_wise(naive.cast(pa.string()), pa.scalar("Z"), "")
 
 
 def csv_ready(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` in :func:`csv_schema`: each binary value base64-encoded, nulls kept."""
-    if not any(_is_binary(f.type) for f in batch.schema):
+    """``batch`` in :func:`csv_schema`: each binary value base64-encoded, UTC timestamps as text, nulls kept."""
+    if not any(_is_binary(f.type) or _is_zoned(f.type) for f in batch.schema):
         return batch
-    columns = [
-        pa.array([None if v is None else base64.b64encode(v).decode("ascii") for v in column.to_pylist()],
-                 pa.string()) if _is_binary(column.type) else column
-        for column in batch.columns
-    ]
+    columns = []
+    for column in batch.columns:
+        if _is_binary(column.type):
+            column = pa.array([None if v is None else base64.b64encode(v).decode("ascii")
+                               for v in column.to_pylist()], pa.string())
+        elif _is_zoned(column.type):
+            column = _zoned_text(column)
+        columns.append(column)
     return pa.RecordBatch.from_arrays(columns, schema=csv_schema(batch.schema))
 
 
