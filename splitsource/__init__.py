@@ -88,8 +88,6 @@ def register(spark: object) -> None:
     from splitsource.sink._spark import BucketingDataSource
 
     spark.dataSource.register(SplitSourceDataSource)  # type: ignore[attr-defined]
-
-
     spark.dataSource.register(BucketingDataSource)  # type: ignore[attr-defined]
 
 
