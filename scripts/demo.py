@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +26,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 from scripts.cassandra import DEFAULT_DIR, cql_up, nodetool, start  # noqa: E402
 
 
-def load(rows: int) -> None:
+def load(rows: int) -> bool:
+    """Load ``rows`` rows into demo.events unless it holds exactly that many; True if it (re)loaded them."""
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
     from cassandra.concurrent import execute_concurrent_with_args
     from cassandra.policies import RoundRobinPolicy
@@ -38,19 +40,22 @@ def load(rows: int) -> None:
     session.execute("CREATE TABLE IF NOT EXISTS demo.events (device text, id bigint, at timestamp, reading double, "
                     "status text, payload blob, PRIMARY KEY ((device, id)))")
     have = session.execute("SELECT count(*) FROM demo.events").one()[0]
-    if have != rows:
+    reloaded = have != rows
+    if reloaded:
         session.execute("TRUNCATE demo.events")
         insert = session.prepare("INSERT INTO demo.events (device, id, at, reading, status, payload) "
-                                 "VALUES (?, ?, toTimestamp(now()), ?, ?, ?)")
+                                 "VALUES (?, ?, ?, ?, ?, ?)")
         step = 20_000
-        for lo in range(0, rows, step):
-            args = [(f"device-{i % 97}", i, i * 0.25, "ok" if i % 13 else "alarm", bytes(64))
-                    for i in range(lo, min(lo + step, rows))]
+        epoch = datetime(2024, 1, 1, tzinfo=timezone.utc)
+        for lo in range(0, rows, step):  # the same rows every time: a reloaded table equals the one copied
+            args = [(f"device-{i % 97}", i, epoch + timedelta(seconds=i), i * 0.25, "ok" if i % 13 else "alarm",
+                     bytes(64)) for i in range(lo, min(lo + step, rows))]
             execute_concurrent_with_args(session, insert, args, concurrency=64, raise_on_first_error=True)
             print(f"  loaded {min(lo + step, rows):,}/{rows:,} rows", flush=True)
     cluster.shutdown()
     nodetool(DEFAULT_DIR, 1, "flush", "demo")
     nodetool(DEFAULT_DIR, 1, "refreshsizeestimates")
+    return reloaded
 
 
 def main() -> int:
@@ -63,7 +68,10 @@ def main() -> int:
     if not cql_up("127.0.0.1", 9042):
         start(DEFAULT_DIR, nodes=1, num_tokens=16)
     print(f"2/4 loading {args.rows:,} rows into demo.events ...", flush=True)
-    load(args.rows)
+    reloaded = load(args.rows)
+    if reloaded and (args.out.exists() or Path(f"{args.out}.checkpoint").exists()):
+        print("  the table was (re)loaded: its earlier copy is removed, the copy starts afresh", flush=True)
+        args.fresh = True
     if args.fresh:
         shutil.rmtree(args.out, ignore_errors=True)
         shutil.rmtree(f"{args.out}.checkpoint", ignore_errors=True)
