@@ -292,11 +292,14 @@ def _copy_with_spark(source: Any, read_options: Mapping[str, str], sink_raw: Map
         query = (writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
                  .queryName(f"splitsource-copy-{os.getpid()}").start(sink_raw["path"]))
         try:
+            committed, seen = rows_before, 0
             while not query.awaitTermination(1.0):
                 _collect_progress(query, batches, last_offset)
                 if progress is not None:
+                    if len(batches) != seen:  # the commit log changes only when a batch commits
+                        committed, seen = _committed_rows(committer), len(batches)
                     progress.update(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)),
-                                    _committed_rows(committer) - rows_before)
+                                    committed - rows_before)
             _collect_progress(query, batches, last_offset)
         except KeyboardInterrupt:
             query.stop()

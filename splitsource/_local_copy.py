@@ -18,6 +18,7 @@ and committed splits are never read again. The enumerator runs in the coordinato
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -155,8 +156,6 @@ def _offset_path(root: str, batch: int) -> str:
 
 
 def _read_offset(fs: Any, root: str, batch: int) -> dict[str, Any] | None:
-    import json
-
     path = _offset_path(root, batch)
     if fs.get_file_info(path).size is None:
         return None
@@ -168,8 +167,6 @@ def _read_offset(fs: Any, root: str, batch: int) -> dict[str, Any] | None:
 
 
 def _write_offset(fs: Any, root: str, batch: int, offset: Mapping[str, Any]) -> None:
-    import json
-
     write_atomically(fs, _offset_path(root, batch), json.dumps(offset).encode())
 
 
@@ -212,7 +209,7 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
     log_path = f"{base}/{LOCAL_DIR}/workers.log"
     log: IO[bytes] | int = open(log_path, "ab") if "://" not in checkpoint else subprocess.DEVNULL  # noqa: SIM115
     # started before the first batch is planned: their start-up (a Python, its imports) overlaps the planning
-    pool: _Workers | None = _Workers(workers, log)
+    pool = _Workers(workers, log)
 
     def batch_progress(splits_finished: int, batch_rows: int) -> None:
         if progress is not None:
@@ -224,7 +221,6 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             end = _read_offset(fs, root, batch_id)  # logged before a batch that never committed: replay it
             if end is None:
                 begin = start or initial_offset(source, fingerprint, parallelism)
-                total = int(begin.get("total", -1))
                 end = next_offset(source, fingerprint, begin, parallelism, **limits)
                 if end is None:
                     break  # nothing left: the bounded source is done
@@ -232,12 +228,10 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             check_offset(end, fingerprint)
             total = int(end.get("total", -1))
             splits = offset_splits(source, end)
-            pool = pool or _Workers(workers, log)
             try:
                 results = pool.run(task, [write_envelope(serializer, s) for s in splits], batch_progress)
             except LocalCopyFailed:
-                pool = None  # killed: its files are swept below
-                committer.sweep(keep=())
+                committer.sweep(keep=())  # the workers are killed: their files of this batch are orphans now
                 raise
             files = [read_envelope(PENDING_FILE_SERIALIZER, f) for r in results for f in r["files"]]
             record = committer.combine(files, kind="stream", write_id=query_id, batch_id=batch_id)
@@ -249,8 +243,7 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             rows += sum(int(r["rows"]) for r in results)
             batches += 1
     finally:
-        if pool is not None:
-            pool.close()
+        pool.close()
         if not isinstance(log, int):
             log.close()
     return LocalRun(batches, int(start["taken"]) if start else 0, total)
