@@ -34,14 +34,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from connectors.cassandra._reference import reference_rows
 from connectors.cassandra._tokens import PARTITIONERS, PlanEntry, TokenRange, build_plan, ring_ranges
-from connectors.cassandra._types import arrow_type, column_converter, select_expression
+from connectors.cassandra._types import arrow_type, column_converter, exact_protocol_handler, select_expression
 from serializers import MsgpackRecordSerializer, SimpleVersionedSerializer
 from splitsource import (
     EnumeratorState,
@@ -283,6 +284,7 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
 
         self._options = source.options
         self._cluster, self._session = connect(self._options, schema_metadata=False)
+        self._session.client_protocol_handler = exact_protocol_handler()  # see connectors.cassandra._types
         self._statement = self._session.prepare(source.select_cql())
         self._statement.consistency_level = getattr(ConsistencyLevel, self._options.consistency)
         self._statement.fetch_size = self._options.fetch_size
@@ -447,7 +449,8 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                     size = int(mean_size) * int(count)
                     for piece in _cut_at_bounds(int(range_start), int(range_end), lo, hi):
                         estimates[piece] = estimates.get(piece, 0) + size
-            if not any(v > 0 for v in estimates.values()) and not CassandraSource._warned_empty_estimates:
+            if (not any(v > 0 for v in estimates.values()) and not o.splits
+                    and not CassandraSource._warned_empty_estimates):
                 CassandraSource._warned_empty_estimates = True
                 log.warning(
                     "no size estimates for %s.%s yet (a fresh table, or estimates not refreshed): splitting by token "
@@ -497,6 +500,16 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
     def identity(self) -> dict[str, Any]:
         o = self.options
         return {"connector": self.name, "keyspace": o.keyspace, "table": o.table, "columns": o.columns}
+
+    def reference_rows(self) -> Iterator[tuple[Any, ...]]:
+        """One plain scan of the table through the driver (see ``connectors.cassandra._reference``)."""
+        names = self.schema().names
+        cluster, session = connect(self.options, schema_metadata=False)
+        try:
+            yield from reference_rows(session, self.options.keyspace, self.options.table, names,
+                                      self.options.fetch_size)
+        finally:
+            cluster.shutdown()
 
 
 def _estimates_of(session: Any, host: Any, options: CassandraOptions) -> list[Any]:

@@ -1,33 +1,42 @@
-"""CQL types to Arrow (and so Spark) types, and the conversion of driver values into Arrow arrays.
+"""CQL types to Arrow (and so Spark) types, and the exact conversion of driver values into Arrow arrays.
 
-=====================  ============================  ===================================================
-CQL                    Arrow / Spark                 note
-=====================  ============================  ===================================================
+=====================  ==============================  ================================================
+CQL                    Arrow / Spark                   note
+=====================  ==============================  ================================================
 ascii, text, varchar   string / string
 tinyint                int8 / tinyint
 smallint               int16 / smallint
 int                    int32 / int
 bigint, counter        int64 / bigint
-varint                 string / string               arbitrary precision: kept exact as decimal text
-decimal                string / string               arbitrary scale: kept exact as decimal text
-float                  float32 / float
-double                 float64 / double
+varint                 string / string                 arbitrary precision: exact decimal text
+decimal                string / string                 arbitrary scale: exact text (``1.5E+3``, ``1E-7``)
+float                  float32 / float                 NaN, ±inf and -0.0 kept
+double                 float64 / double                NaN, ±inf and -0.0 kept
 boolean                bool / boolean
 blob                   binary / binary
-uuid, timeuuid         string / string               canonical 36-character form (read as CAST(c AS text))
-inet                   string / string               textual address
-timestamp              timestamp[us, UTC] / timestamp  milliseconds in CQL, exact in microseconds (read as
-                                                     toUnixTimestamp(c): any year, not only datetime's 1-9999)
-date                   date32 / date                 dates outside Arrow's range raise an error naming the column
-time                   int64 / bigint                nanoseconds since midnight
-duration               struct<months:int32, days:int32, nanoseconds:int64>
-list<T>, set<T>        list<T> / array<T>            sets in CQL order (sorted)
-map<K, V>              map<K, V> / map<K, V>
+uuid, timeuuid         string / string                 canonical 36-character form
+inet                   string / string                 textual address (``::ffff:1.2.3.4`` kept as is)
+timestamp              timestamp[us, UTC] / timestamp  milliseconds in CQL, exact in microseconds at any
+                                                       depth; years -290,308..294,247 (beyond: an error
+                                                       naming the column and the value)
+date                   date32 / date                   the whole CQL range (±5.8 million years)
+time                   int64 / bigint                  nanoseconds since midnight
+duration               struct<months: int32, days: int32, nanoseconds: int64>
+list<T>, set<T>        list<T> / array<T>              sets in the server's (CQL) order
+map<K, V>              map<K, V> / map<K, V>           in the server's order
 tuple<A, B, ...>       struct<f0: A, f1: B, ...>
-user-defined type      struct<field: T, ...>
+user-defined type      struct<field: T, ...>           field names as declared (quoted ones unquoted)
 frozen<T>              as T
 vector<T, n>           list<T> / array<T>
-=====================  ============================  ===================================================
+=====================  ==============================  ================================================
+
+How values stay exact: the driver decodes a ``timestamp`` through a float (``ms / 1000.0``), so inside
+collections, tuples and UDTs it is off by microseconds, and past the year 9999 it fails. Top-level timestamp
+columns are therefore selected as ``toUnixTimestamp(c)`` (epoch milliseconds, computed by the server), and every
+other column is decoded with :func:`exact_type`: the driver's own type tree with each timestamp replaced by a
+type that returns the epoch milliseconds as an integer, and each set by a list (the server's order, not Python's
+sort). A ``date`` is the driver's day count, never a ``datetime.date``; a UDT is read by position, so field names
+that are not Python identifiers (``"class"``, ``"my field"``) keep their values.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["arrow_type", "column_converter", "select_expression"]
+__all__ = ["arrow_type", "column_converter", "exact_protocol_handler", "exact_type", "kind", "select_expression"]
 
 _SIMPLE: dict[str, pa.DataType] = {
     "ascii": pa.string(), "text": pa.string(), "varchar": pa.string(),
@@ -49,107 +58,219 @@ _SIMPLE: dict[str, pa.DataType] = {
     "duration": pa.struct([("months", pa.int32()), ("days", pa.int32()), ("nanoseconds", pa.int64())]),
 }
 _TO_TEXT = {"varint", "decimal", "uuid", "timeuuid", "inet"}
-# Top-level columns the server sends in a form the driver decodes without a Python object per value: a uuid as
-# its text (not a uuid.UUID, then str()), a timestamp as epoch milliseconds (not a datetime). Measured in
-# bench/bench_tools.py's profile: these two conversions were a third of a read task's time.
-_SERVER_SIDE = {"uuid": "CAST({} AS text)", "timeuuid": "CAST({} AS text)", "timestamp": "toUnixTimestamp({})"}
+# Top-level timestamps as the server's epoch milliseconds: exact at any year, and no datetime per value (a
+# third of a read task's time in bench/bench_tools.py's profile).
+_SERVER_SIDE = {"timestamp": "toUnixTimestamp({})"}
+_INT64 = 1 << 63
 
 
-def _name(cql_type: Any) -> str:
-    name = getattr(cql_type, "typename", None) or getattr(cql_type, "cassname", None) or type(cql_type).__name__
-    return str(name).lower()
+def _exact_timestamp_class() -> type:
+    from cassandra import cqltypes
+    from cassandra.marshal import int64_unpack
+
+    # The leading underscore keeps the driver's metaclass from registering it as *the* timestamp type, and makes
+    # the Cython decoder fall back to this ``deserialize`` (it only has fast paths for classes it knows by name).
+    class _ExactTimestamp(cqltypes.DateType):  # type: ignore[misc]
+        @staticmethod
+        def deserialize(byts: bytes, protocol_version: int) -> int:
+            return int(int64_unpack(byts))
+
+    return _ExactTimestamp
 
 
-def _is_vector(name: str) -> bool:
-    return name == "vector" or name.endswith("vectortype")
+_EXACT_TIMESTAMP: type | None = None
+
+
+def _exact_timestamp() -> type:
+    global _EXACT_TIMESTAMP
+    if _EXACT_TIMESTAMP is None:
+        _EXACT_TIMESTAMP = _exact_timestamp_class()
+    return _EXACT_TIMESTAMP
+
+
+def kind(cql_type: Any) -> str:
+    """What a driver ``cqltypes`` class is: ``udt``, ``tuple``, ``frozen``, ``list``, ``set``, ``map``,
+    ``vector``, or the CQL name of a simple type. By class, never by name: a UDT may be called ``"list"``."""
+    from cassandra import cqltypes
+
+    if issubclass(cql_type, cqltypes.UserType):
+        return "udt"
+    for base, name in ((cqltypes.TupleType, "tuple"), (cqltypes.FrozenType, "frozen"), (cqltypes.ListType, "list"),
+                       (cqltypes.SetType, "set"), (cqltypes.MapType, "map"), (cqltypes.VectorType, "vector")):
+        if issubclass(cql_type, base):
+            return name
+    if issubclass(cql_type, cqltypes.TimeUUIDType):  # the driver derives it from its timestamp type
+        return "timeuuid"
+    if issubclass(cql_type, (cqltypes.DateType, cqltypes.TimestampType)):
+        return "timestamp"
+    return str(cql_type.typename).lower()
+
+
+def _subtypes(cql_type: Any) -> list[Any]:
+    if kind(cql_type) == "vector":
+        return [cql_type.subtype]
+    return list(getattr(cql_type, "subtypes", ()) or ())
+
+
+_EXACT_CACHE: dict[Any, Any] = {}
+
+
+def exact_type(cql_type: Any) -> Any:
+    """``cql_type`` with every timestamp decoded as integer epoch milliseconds and every set as a list in the
+    server's order; the same class when nothing changes."""
+    exact = _EXACT_CACHE.get(cql_type)
+    if exact is None:
+        exact = _EXACT_CACHE[cql_type] = _make_exact(cql_type)
+    return exact
+
+
+def exact_protocol_handler() -> type:
+    """The driver's protocol handler (its Cython one where built), decoding result rows with :func:`exact_type`.
+
+    Set it as a session's ``client_protocol_handler``: the server sends each page's column types with the page
+    (the driver never asks it to skip them), so the types must be swapped as the page's metadata is read.
+    """
+    from cassandra.protocol import ProtocolHandler, ResultMessage
+
+    base = ProtocolHandler.message_types_by_opcode[ResultMessage.opcode]
+
+    class _ExactResultMessage(base):  # type: ignore[misc, valid-type]
+        def recv_results_metadata(self, f: Any, user_type_map: Any) -> None:
+            super().recv_results_metadata(f, user_type_map)
+            columns: list[Any] | None = getattr(self, "column_metadata", None)
+            if columns:
+                self.column_metadata = [(*c[:3], exact_type(c[3])) for c in columns]
+
+    opcodes = dict(ProtocolHandler.message_types_by_opcode)
+    opcodes[ResultMessage.opcode] = _ExactResultMessage
+    return type("ExactProtocolHandler", (ProtocolHandler,), {"message_types_by_opcode": opcodes})
+
+
+def _make_exact(cql_type: Any) -> Any:
+    from cassandra import cqltypes
+
+    k = kind(cql_type)
+    if k == "timestamp":
+        return _exact_timestamp()
+    subtypes = _subtypes(cql_type)
+    if not subtypes:
+        return cql_type
+    exact = [exact_type(t) for t in subtypes]
+    if k == "set":  # same wire format as a list; a list keeps the server's order
+        return cqltypes.ListType.apply_parameters(exact)
+    if all(a is b for a, b in zip(exact, subtypes, strict=True)):
+        return cql_type
+    if k == "vector":
+        return type("_ExactVector", (cql_type,), {"subtype": exact[0]})
+    # a subclass keeps field names, UDT keyspace and name; the underscore keeps it out of the driver's registry
+    return type("_Exact" + k.capitalize(), (cql_type,), {"subtypes": tuple(exact)})
 
 
 def arrow_type(cql_type: Any) -> pa.DataType:
     """Arrow type of a driver ``cqltypes`` class (``ColumnMetadata.cql_type`` parsed by the driver)."""
-    name = _name(cql_type)
-    subtypes = list(getattr(cql_type, "subtypes", ()) or ())
-    if name == "frozen":
+    k = kind(cql_type)
+    subtypes = _subtypes(cql_type)
+    if k == "frozen":
         return arrow_type(subtypes[0])
-    if name in ("list", "set"):
+    if k in ("list", "set", "vector"):
         return pa.list_(arrow_type(subtypes[0]))
-    if name == "map":
+    if k == "map":
         return pa.map_(arrow_type(subtypes[0]), arrow_type(subtypes[1]))
-    if name == "tuple":
+    if k == "tuple":
         return pa.struct([(f"f{i}", arrow_type(t)) for i, t in enumerate(subtypes)])
-    if _is_vector(name):
-        return pa.list_(arrow_type(getattr(cql_type, "subtype", subtypes[0] if subtypes else None)))
-    if hasattr(cql_type, "fieldnames") and cql_type.fieldnames:  # a user-defined type
+    if k == "udt":
         return pa.struct([(str(f), arrow_type(t)) for f, t in zip(cql_type.fieldnames, subtypes, strict=True)])
-    if name in _SIMPLE:
-        return _SIMPLE[name]
-    raise TypeError(f"CQL type {name} is not supported")
+    if k in _SIMPLE:
+        return _SIMPLE[k]
+    raise TypeError(f"CQL type {cql_type.cql_parameterized_type()} is not supported")
 
 
 def select_expression(cql_type: Any, column_sql: str) -> str:
     """The CQL selector that reads a top-level column (quoted ``column_sql``) in the form ``column_converter``
     expects."""
-    template = _SERVER_SIDE.get(_name(cql_type))
+    template = _SERVER_SIDE.get(kind(cql_type))
     return template.format(column_sql) if template else column_sql
 
 
+class ValueRangeError(ValueError):
+    """A value the source holds that its Arrow type cannot."""
+
+
+def _ms_to_us(ms: int) -> int:
+    us = ms * 1000
+    if not -_INT64 <= us < _INT64:
+        raise ValueRangeError(f"timestamp {ms} ms since the epoch is outside timestamp[us]'s range (about years "
+                              "-290308..294247)")
+    return us
+
+
 def _value_converter(cql_type: Any) -> Callable[[Any], Any] | None:
-    """A function turning one driver value into what ``pa.array`` accepts for :func:`arrow_type`; None: as is."""
-    name = _name(cql_type)
-    subtypes = list(getattr(cql_type, "subtypes", ()) or ())
-    if name == "frozen":
+    """A function turning one value decoded with :func:`exact_type` into what ``pa.array`` takes for
+    :func:`arrow_type`; None: the value is taken as it is."""
+    k = kind(cql_type)
+    subtypes = _subtypes(cql_type)
+    if k == "frozen":
         return _value_converter(subtypes[0])
-    if name in _TO_TEXT:
+    if k == "timestamp":
+        return lambda v: None if v is None else _ms_to_us(v)
+    if k in _TO_TEXT:
         return lambda v: None if v is None else str(v)
-    if name == "time":
+    if k == "time":
         return lambda v: None if v is None else int(getattr(v, "nanosecond_time", v))
-    if name == "date":
-        return lambda v: None if v is None else v.date() if hasattr(v, "date") and not hasattr(v, "year") else v
-    if name == "duration":
+    if k == "date":
+        return lambda v: None if v is None else int(getattr(v, "days_from_epoch", v))
+    if k == "duration":
         return lambda v: None if v is None else {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
-    if name in ("list", "set") or _is_vector(name):
-        inner = _value_converter(getattr(cql_type, "subtype", None) or subtypes[0])
+    if k in ("list", "set", "vector"):
+        inner = _value_converter(subtypes[0])
         if inner is None:
             return lambda v: None if v is None else list(v)
         return lambda v: None if v is None else [inner(x) for x in v]
-    if name == "map":
+    if k == "map":
         kc, vc = _value_converter(subtypes[0]), _value_converter(subtypes[1])
         return lambda v: None if v is None else [
-            (kc(k) if kc else k, vc(x) if vc else x) for k, x in v.items()
+            (kc(key) if kc else key, vc(x) if vc else x) for key, x in v.items()
         ]
-    if name == "tuple":
-        convs = [_value_converter(t) for t in subtypes]
-        return lambda v: None if v is None else {
-            f"f{i}": (c(x) if c else x) for i, (c, x) in enumerate(zip(convs, v, strict=False))
-        }
-    if hasattr(cql_type, "fieldnames") and cql_type.fieldnames:
-        fields = [str(f) for f in cql_type.fieldnames]
+    if k in ("tuple", "udt"):
+        names = [f"f{i}" for i in range(len(subtypes))] if k == "tuple" else [str(f) for f in cql_type.fieldnames]
         convs = [_value_converter(t) for t in subtypes]
 
-        def udt(v: Any) -> Any:
+        def struct(v: Any) -> Any:
             if v is None:
                 return None
-            values = {f: getattr(v, f, None) for f in fields}
-            return {f: (c(values[f]) if c else values[f]) for f, c in zip(fields, convs, strict=True)}
+            # by position: a UDT's named tuple renames fields that are not identifiers, and may be shorter than
+            # the type when fields were added after the value was written
+            return {n: (None if i >= len(v) or v[i] is None else c(v[i]) if c else v[i])
+                    for i, (n, c) in enumerate(zip(names, convs, strict=True))}
 
-        return udt
+        return struct
     return None
 
 
 def column_converter(cql_type: Any, name: str) -> Callable[[list[Any]], pa.Array]:
-    """A function turning one column's driver values, selected with :func:`select_expression`, into an Arrow
-    array; errors name the column."""
+    """A function turning one column's driver values, selected with :func:`select_expression` and decoded with
+    :func:`exact_type`, into an Arrow array; a value that does not fit fails, naming the column and the value."""
     target = arrow_type(cql_type)
-    kind = _name(cql_type)
-    convert = None if kind in _SERVER_SIDE else _value_converter(cql_type)
+    k = kind(cql_type)
+    convert = None if k in _SERVER_SIDE else _value_converter(cql_type)
+    label = f"column '{name}' ({cql_type.cql_parameterized_type()})"
 
     def to_array(values: list[Any]) -> pa.Array:
         try:
-            if kind == "timestamp":  # epoch milliseconds; checked: a value past Arrow's range fails, naming it
-                return pc.multiply_checked(pa.array(values, pa.int64()), 1000).cast(target)
+            if k == "timestamp":  # epoch milliseconds; checked: a value past Arrow's range fails, naming it
+                try:
+                    return pc.multiply_checked(pa.array(values, pa.int64()), 1000).cast(target)
+                except pa.ArrowInvalid:
+                    for v in values:
+                        if v is not None:
+                            _ms_to_us(v)
+                    raise
             if convert is not None:
                 values = [convert(v) for v in values]
             return pa.array(values, type=target)
+        except ValueRangeError as exc:
+            raise ValueRangeError(f"{label}: {exc}") from None
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as exc:
-            raise ValueError(f"column '{name}' ({_name(cql_type)}): value does not fit {target}: {exc}") from exc
+            raise ValueRangeError(f"{label}: a value does not fit {target}: {exc}") from exc
 
     return to_array
