@@ -7,22 +7,19 @@ file back to its last committed length.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from datetime import date, datetime, time
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from splitsource._errors import OptionsError, SinkError
+from splitsource.sink._text import json_fragments, text_column
 
 __all__ = [
     "FORMATS",
@@ -102,22 +99,15 @@ class _ParquetWriter(PartFileWriter):
         return length
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, Decimal):
-        return str(value)
-    if hasattr(value, "total_seconds"):  # timedelta (durations)
-        return value.total_seconds()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
 def encode_json_lines(batch: pa.RecordBatch) -> bytes:
-    """Rows as JSON objects, one per line (timestamps ISO 8601, binary base64, decimals as strings)."""
-    dumps = json.JSONEncoder(default=_json_default, ensure_ascii=False, separators=(",", ":")).encode
-    return "".join(dumps(row) + "\n" for row in batch.to_pylist()).encode("utf-8")
+    """Rows as strict JSON objects, one per line ended by ``\\n`` (value text: ``splitsource.sink._text``)."""
+    names = [json.dumps(name, ensure_ascii=False) + ":" for name in batch.schema.names]
+    columns = [json_fragments(column) for column in batch.columns]
+    rows = zip(*columns, strict=True)
+    lines = ["{" + ",".join(n + v for n, v in zip(names, row, strict=True)) + "}\n" for row in rows]
+    if not columns:
+        lines = ["{}\n"] * batch.num_rows
+    return "".join(lines).encode("utf-8")
 
 
 class _JsonLinesWriter(PartFileWriter):
@@ -125,57 +115,37 @@ class _JsonLinesWriter(PartFileWriter):
         self._stream.write(encode_json_lines(batch))
 
 
-def _is_binary(t: pa.DataType) -> bool:
-    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
-
-
-def _is_zoned(t: pa.DataType) -> bool:
-    """A timestamp in zone "UTC" (what Spark hands over), which pyarrow prints as its instant and ``Z``. Other
-    zones, "Etc/UTC" and "+00:00" included, print local time and an offset and are left to pyarrow."""
-    return bool(pa.types.is_timestamp(t) and t.tz == "UTC")
-
-
-def csv_schema(schema: pa.Schema) -> pa.Schema:
-    """The schema CSV part files are written in: binary columns become base64 text (as in JSON lines, and as
-    DataStax Bulk Loader writes blobs), since CSV holds only text; UTC timestamps become their text."""
-    return pa.schema([pa.field(f.name, pa.string(), f.nullable) if _is_binary(f.type) or _is_zoned(f.type) else f
-                      for f in schema])
-
-
-def _zoned_text(column: pa.Array) -> pa.Array:
-    """What pyarrow's CSV writer prints for a UTC timestamp (the instant, then ``Z``), 15x faster: it converts
-    every value through the zone database to print it."""
-    naive = column.cast(pa.timestamp(column.type.unit))  # same stored UTC values, no zone
-    return pc.binary_join_element_wise(naive.cast(pa.string()), pa.scalar("Z"), "")
+def _csv_native(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
+                or pa.types.is_large_string(t) or pa.types.is_floating(t) or pa.types.is_null(t))
 
 
 def csv_ready(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``batch`` in :func:`csv_schema`: each binary value base64-encoded, UTC timestamps as text, nulls kept."""
-    if not any(_is_binary(f.type) or _is_zoned(f.type) for f in batch.schema):
-        return batch
-    columns = []
-    for column in batch.columns:
-        if _is_binary(column.type):
-            column = pa.array([None if v is None else base64.b64encode(v).decode("ascii")
-                               for v in column.to_pylist()], pa.string())
-        elif _is_zoned(column.type):
-            column = _zoned_text(column)
+    """``batch`` with every column pyarrow's CSV writer would not print exactly replaced by its text; float
+    columns holding NaN or an infinity become text too (``NaN``, ``Infinity``), in this batch only."""
+    columns, fields, changed = [], [], False
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        text = text_column(column)
+        if text is None and not _csv_native(field.type):
+            text = column.cast(pa.string())
+        if text is not None:
+            column, field, changed = text, pa.field(field.name, pa.string(), field.nullable), True
         columns.append(column)
-    return pa.RecordBatch.from_arrays(columns, schema=csv_schema(batch.schema))
+        fields.append(field)
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields)) if changed else batch
 
 
 class _CsvWriter(PartFileWriter):
     def __init__(self, stream: Any, schema: pa.Schema, header: bool) -> None:
         super().__init__(stream)
-        self._writer = pa_csv.CSVWriter(stream, csv_schema(schema),
-                                        write_options=pa_csv.WriteOptions(include_header=header))
+        # pyarrow's writer is made per batch: a float column becomes text only in batches holding NaN or an
+        # infinity, so the schema varies; the header is written once, here
+        self._options = pa_csv.WriteOptions(include_header=False)
+        if header:
+            stream.write(pa_csv_header(schema))
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self._writer.write_batch(csv_ready(batch))
-
-    def close(self) -> int:
-        self._writer.close()
-        return super().close()
+        pa_csv.write_csv(csv_ready(batch), self._stream, write_options=self._options)
 
 
 @dataclass(frozen=True)
@@ -187,13 +157,8 @@ class FileFormat:
     bulk: bool
 
     def check(self, schema: pa.Schema) -> None:
-        """Refuse, before anything is written, a schema this format cannot hold (naming the column)."""
-        if self.name != "csv":
-            return
-        for field in schema:
-            if pa.types.is_nested(field.type):
-                raise OptionsError(f"option 'format': csv cannot hold column '{field.name}' of type {field.type}; "
-                                   "use format parquet or jsonl")
+        """Refuse, before anything is written, a schema this format cannot hold: every format holds every Arrow
+        type the connectors produce (CSV holds nested values as their JSON text)."""
 
     def open(self, stream: Any, schema: pa.Schema, *, compression: str, header: bool, fresh: bool) -> PartFileWriter:
         if self.name == "parquet":
@@ -208,6 +173,14 @@ FORMATS = {
     "jsonl": FileFormat("jsonl", ".jsonl", bulk=False),
     "csv": FileFormat("csv", ".csv", bulk=False),
 }
+
+
+def pa_csv_header(schema: pa.Schema) -> bytes:
+    """The header line pyarrow writes for ``schema`` (RFC 4180 quoting)."""
+    buffer = pa.BufferOutputStream()
+    empty = pa.Table.from_arrays([pa.array([], pa.string()) for _ in schema.names], names=schema.names)
+    pa_csv.write_csv(empty, buffer)
+    return bytes(buffer.getvalue())
 
 
 def resolve_filesystem(path: str) -> tuple[pafs.FileSystem, str]:
