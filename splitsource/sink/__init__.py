@@ -5,7 +5,14 @@ depend on Spark; ``format("bucketing")`` (:class:`BucketingDataSource`) runs it 
 writes. States, guarantees and options: ``docs/sink.md``.
 """
 
-from splitsource.sink._bucketers import BasePathBucketer, Bucketer, ColumnBucketer, DateTimeBucketer, encode_segment
+from splitsource.sink._bucketers import (
+    BasePathBucketer,
+    Bucketer,
+    ColumnBucketer,
+    DateTimeBucketer,
+    encode_segment,
+    encode_value,
+)
 from splitsource.sink._committer import (
     COMMIT_RECORD_SERIALIZER,
     META_DIR,
@@ -47,6 +54,7 @@ __all__ = [
     "WriterState",
     "encode_json_lines",
     "encode_segment",
+    "encode_value",
     "parse_sink_options",
     "resolve_filesystem",
 ]

@@ -1,15 +1,23 @@
 """Bucketers: which directory under the base path each row goes to.
 
-A bucket is a relative path of one or more *segments*. Every segment is made of user-controlled text (a column
-value, a formatted date) passed through :func:`encode_segment`, so no value can climb out of the base path, hide a
-file from readers or clash with the sink's own files:
+A bucket is a relative path of one or more *segments* made of user-controlled text (a column value, a formatted
+date). Column buckets are Hive-style ``name=value`` segments escaped exactly as Spark's own writer escapes them
+(``ExternalCatalogUtils.escapePathName``), so that Spark's partition discovery, DuckDB, Polars and
+pyarrow.dataset decode every value back (tested with all four):
 
-- bytes outside ``A-Z a-z 0-9 _ - .`` are percent-encoded as UTF-8 (``/`` → ``%2F``, NUL → ``%00``, ``=`` → ``%3D``,
-  ``%`` → ``%25``); this is the escaping Hive and Spark's partition discovery undo when reading;
-- a leading ``.`` or ``_`` is percent-encoded too (``..`` → ``%2E.``, ``_x`` → ``%5Fx``), because readers skip
-  names starting with them and ``.``/``..`` are not names;
-- the empty string becomes ``__EMPTY__`` and a null ``__HIVE_DEFAULT_PARTITION__`` (which Spark reads back as
-  null); encoded values never start with ``_``, so neither can be forged by a value.
+- the ASCII characters ``"`` ``#`` ``%`` ``'`` ``*`` ``/`` ``:`` ``=`` ``?`` backslash ``{`` ``[`` ``]`` ``^``, the
+  control characters U+0000..U+001F and U+007F become ``%XX`` (U+0000 is not in Spark's list: no file system
+  takes it in a name); everything else is kept as it is, non-ASCII text included. Spark unescapes ``%XX`` one
+  byte at a time into characters, so a percent-encoded UTF-8 value would come back garbled (``ü`` as ``Ã¼``);
+- null and the empty string become ``__HIVE_DEFAULT_PARTITION__``, which every reader reads back as null (as
+  with Spark's own writer: no convention carries ``''``);
+- a value that *is* the text ``__HIVE_DEFAULT_PARTITION__`` is written ``%5F_HIVE_DEFAULT_PARTITION__``: Spark
+  and DuckDB read the text back, Polars and pyarrow.dataset decode it first and read null;
+- a name starting with ``.`` gets it escaped (readers skip hidden names), and nothing can climb out of the base
+  path: ``/`` is always escaped, and ``.``/``..`` can only appear after ``name=``;
+- a segment longer than 255 bytes (the limit of a file name) is refused with an error naming the column.
+
+Date-time buckets are formatted dates, escaped by the same rule (a leading ``_`` too, which readers skip).
 """
 
 from __future__ import annotations
@@ -23,28 +31,45 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from splitsource._errors import OptionsError
+from splitsource._errors import OptionsError, SinkError
 
-__all__ = ["BasePathBucketer", "Bucketer", "ColumnBucketer", "DateTimeBucketer", "encode_segment"]
+__all__ = ["BasePathBucketer", "Bucketer", "ColumnBucketer", "DateTimeBucketer", "encode_segment", "encode_value"]
 
-_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
-NULL_SEGMENT = "__HIVE_DEFAULT_PARTITION__"  # what Spark's partition discovery reads back as null
-EMPTY_SEGMENT = "__EMPTY__"
+_ESCAPED = frozenset(chr(c) for c in range(0x20)) | frozenset('"#%\'*/:=?\\\x7f{[]^')
+NULL_SEGMENT = "__HIVE_DEFAULT_PARTITION__"  # what Spark, DuckDB, Polars and pyarrow.dataset read as null
+MAX_SEGMENT_BYTES = 255
 
 
-def encode_segment(value: str | None) -> str:
-    """One safe directory name for ``value`` (see the module docstring for the rule)."""
-    if value is None:
+def _escape(text: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in text)
+
+
+def encode_value(value: str | None) -> str:
+    """A partition value as Spark's writer puts it in ``name=value`` (see the module docstring)."""
+    if value is None or value == "":
         return NULL_SEGMENT
-    if value == "":
-        return EMPTY_SEGMENT
-    out = []
-    for i, byte in enumerate(value.encode("utf-8")):
-        if byte in _SAFE and not (i == 0 and byte in b"._"):
-            out.append(chr(byte))
-        else:
-            out.append(f"%{byte:02X}")
-    return "".join(out)
+    if value == NULL_SEGMENT:
+        return "%5F" + value[1:]
+    return _escape(value)
+
+
+def encode_segment(text: str) -> str:
+    """A whole directory name for ``text``: escaped as a value, and a leading ``.`` or ``_`` escaped too."""
+    escaped = _escape(text) if text else "%00"
+    return f"%{ord(escaped[0]):02X}{escaped[1:]}" if escaped[0] in "._" else escaped
+
+
+def _checked(segment: str, what: str) -> str:
+    if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
+        raise SinkError(f"{what}: the bucket directory name would be {len(segment.encode('utf-8'))} bytes, over the "
+                        f"{MAX_SEGMENT_BYTES} a file name can hold (value starts {segment[:40]!r}); bucket by a "
+                        "shorter column")
+    return segment
+
+
+def _null_if_empty(column: pa.Array) -> pa.Array:
+    """'' and null share a directory name (as in Spark): one bucket, not two with the same path."""
+    return pc.if_else(pc.fill_null(pc.equal(column, ""), False), pa.scalar(None, pa.string()), column)
 
 
 class Bucketer(ABC):
@@ -101,7 +126,8 @@ class DateTimeBucketer(Bucketer):
 
     def bucket_at(self, now: float) -> str:
         moment = datetime.fromtimestamp(now, tz=self._zone)
-        return "/".join(encode_segment(moment.strftime(segment)) for segment in self._segments)
+        return "/".join(_checked(encode_segment(moment.strftime(segment)), "option 'bucket_format'")
+                        for segment in self._segments)
 
     def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
         return [(self.bucket_at(now), batch)]
@@ -130,7 +156,8 @@ class ColumnBucketer(Bucketer):
     def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
         keep = [i for i, name in enumerate(batch.schema.names) if name not in self.columns]
         data = batch.select(keep)
-        keys = pa.table([pc.cast(batch.column(c), pa.string()) for c in self.columns], names=list(self.columns))
+        keys = pa.table([_null_if_empty(pc.cast(batch.column(c), pa.string())) for c in self.columns],
+                        names=list(self.columns))
         if len(self.columns) == 1:
             # the common case, vectorised: one pass to code the values, one filter per distinct value
             encoded = keys.column(0).combine_chunks().dictionary_encode()
@@ -153,5 +180,5 @@ class ColumnBucketer(Bucketer):
         return out
 
     def _path(self, values: Sequence[str | None]) -> str:
-        return "/".join(f"{encode_segment(name)}={encode_segment(v)}" for name, v in zip(self.columns, values,
-                                                                                         strict=True))
+        return "/".join(_checked(f"{encode_segment(name)}={encode_value(v)}", f"bucket column '{name}'")
+                        for name, v in zip(self.columns, values, strict=True))
