@@ -22,7 +22,7 @@ import abc
 import collections
 import dataclasses
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
@@ -297,3 +297,16 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
     def identity(self) -> Mapping[str, Any]:
         """What makes two runs read the same data (for refusing a foreign checkpoint); secrets excluded."""
         return {"connector": self.name}
+
+    def reference_rows(self) -> Iterator[tuple[Any, ...]] | None:
+        """Every row of the source, read *without* the split reader and the record emitter, for
+        ``splitsource verify``; None (the default) when the connector has no such path.
+
+        Rows are tuples in the order of :meth:`schema`, of *plain* Python values: what
+        ``array.cast(plain_storage(type)).to_pylist()`` yields for the column's Arrow type (integers for
+        timestamps in the type's unit and for dates in days, dicts for structs, lists of ``(key, value)`` pairs for
+        maps). Verify compares them with what it decodes from the output files, so a bug in the emitter's
+        conversion shows as a mismatch instead of being repeated on both sides. Write it from the source's own
+        client values by code of its own, not by calling the emitter.
+        """
+        return None

@@ -1,36 +1,52 @@
-"""``splitsource verify``: does the committed output hold exactly the source's rows?
+"""``splitsource verify``: does the committed output hold exactly the source's rows, value for value?
 
 Both sides are reduced to a row count and an order-independent checksum: the sum, modulo 2**128, of a 128-bit
-BLAKE2b digest of each row's canonical text. The canonical text is what the sink writes for that row: its JSON
-line (Parquet and JSON lines outputs) or its parsed CSV fields, plus the bucket-column values read from the path.
-A lost row, a duplicated row or a changed value changes the checksum.
+BLAKE2b digest of each row's canonical form. The two sides are computed independently of the copy:
+
+- the **source** side from :meth:`Source.reference_rows`: the connector's own client values (the Cassandra
+  driver's, the generator's formula in plain Python), never the record emitter that the copy used;
+- the **output** side by decoding the files as a reader would: Parquet through pyarrow, JSON lines as strict
+  JSON split on ``\\n`` only, CSV by RFC 4180 (an unquoted empty field is null, ``""`` is the empty string),
+  each field parsed by its column's type (ISO 8601 dates and timestamps with expanded years, ``NaN``/``Infinity``,
+  base64 binary, nested values as JSON); bucket-column values decoded from the directory names.
+
+A lost row, a duplicated row, a changed or dropped value changes the checksum. A connector without
+``reference_rows`` is read through its emitter instead; the result then says that it is not independent.
 """
 
 from __future__ import annotations
 
-import csv
+import base64
 import hashlib
-import io
 import json
+import math
+import re
+import struct
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pa_csv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from splitsource._api import Source, _FixedContext
 from splitsource._errors import SinkError
 from splitsource._source_reader import SourceReader
-from splitsource._spark_reader import conform_batch, spark_arrow_schema
-from splitsource.sink._bucketers import EMPTY_SEGMENT, NULL_SEGMENT
+from splitsource.sink._bucketers import NULL_SEGMENT
 from splitsource.sink._committer import META_DIR
-from splitsource.sink._formats import csv_ready, encode_json_lines, resolve_filesystem
+from splitsource.sink._formats import resolve_filesystem
+from splitsource.sink._text import (
+    is_duration,
+    parse_iso_date,
+    parse_iso_duration,
+    parse_iso_timestamp,
+    plain_storage,
+)
 
-__all__ = ["Digest", "VerifyResult", "digest_output", "digest_source", "verify"]
+__all__ = ["Digest", "VerifyResult", "canonical", "digest_output", "digest_source", "verify"]
 
 _MOD = 1 << 128
 
@@ -55,6 +71,7 @@ class Digest:
 class VerifyResult:
     source: Digest
     output: Digest
+    independent: bool = True
 
     @property
     def match(self) -> bool:
@@ -68,45 +85,93 @@ class VerifyResult:
             lines.append(f"the output has {self.output.rows - self.source.rows:+,} rows against the source")
         elif not self.match:
             lines.append("same row count, different rows: values differ, or rows are duplicated and others missing")
+        if not self.independent:
+            lines.append("note: this connector has no reference_rows(), so the source side was read through the "
+                         "same emitter as the copy; a conversion error would not show")
         return "\n".join(lines)
 
 
-def _csv_rows(batch: pa.RecordBatch) -> list[bytes]:
-    buffer = io.BytesIO()
-    pa_csv.write_csv(csv_ready(batch), buffer, write_options=pa_csv.WriteOptions(include_header=False))
-    return _parse_csv(buffer.getvalue().decode("utf-8"), header=False)
+# -- canonical form: one representation per value, whichever side it came from -------------------------------
 
 
-def _parse_csv(text: str, header: bool) -> list[bytes]:
-    rows = list(csv.reader(io.StringIO(text)))
-    return [json.dumps(r).encode() for r in (rows[1:] if header else rows)]
+def canonical(value: Any, t: pa.DataType) -> Any:
+    """A plain value (see ``Source.reference_rows``) of Arrow type ``t`` in the form both sides are hashed in."""
+    if value is None:
+        return None
+    if pa.types.is_floating(t):
+        number = float(value)
+        if pa.types.is_float32(t) or pa.types.is_float16(t):
+            number = struct.unpack("<f", struct.pack("<f", number))[0]
+        return "NaN" if math.isnan(number) else number.hex()  # hex keeps -0.0 apart from 0.0
+    if pa.types.is_map(t):
+        return [[canonical(k, t.key_type), canonical(v, t.item_type)] for k, v in value]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [canonical(v, t.value_type) for v in value]
+    if pa.types.is_struct(t):
+        return [canonical(value.get(f.name), f.type) for f in t]
+    if pa.types.is_decimal(t):
+        return str(value)
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return value
 
 
-def _canonical(batch: pa.RecordBatch, fmt: str) -> list[bytes]:
-    if fmt == "csv":
-        return _csv_rows(batch)
-    return encode_json_lines(batch).splitlines()
+def _row_bytes(values: Iterable[Any], suffix: bytes) -> bytes:
+    return repr(tuple(values)).encode("utf-8") + suffix
 
 
-def digest_source(source: Source[Any, Any, Any, Any], layout: dict[str, Any]) -> Digest:
-    """Read the whole source (one reader, in this process) and digest it as the sink would have written it."""
-    digest = Digest()
-    bucket_columns = _bucket_columns(layout)
-    expected = spark_arrow_schema(source.schema())[1]
+def _bucket_suffix(values: list[str | None]) -> bytes:
+    return b"" if not values else b"\x00" + json.dumps(values).encode()
+
+
+# -- the source side ---------------------------------------------------------------------------------------------
+
+
+def _plain_rows_through_emitter(source: Source[Any, Any, Any, Any]) -> Iterator[tuple[Any, ...]]:
     enumerator = source.create_enumerator(_FixedContext(1))
     enumerator.start()
     reader = SourceReader(source, enumerator.next_split, name="verify")
     try:
-        for raw in reader.read():
-            batch = conform_batch(raw, expected)
-            keys = [pc.cast(batch.column(c), pa.string()).to_pylist() for c in bucket_columns]
-            data = batch.select([n for n in batch.schema.names if n not in bucket_columns])
-            for i, row in enumerate(_canonical(data, layout["format"])):
-                digest.add(row + _bucket_suffix([k[i] for k in keys]))
+        for batch in reader.read():
+            columns = [c.cast(plain_storage(c.type)).to_pylist() for c in batch.columns]
+            yield from zip(*columns, strict=True)
     finally:
         reader.close()
         enumerator.close()
-    return digest
+
+
+def _bucket_text(t: pa.DataType) -> Callable[[Any], str | None]:
+    """How the sink names a bucket value of type ``t`` (Arrow's cast to string); ``''`` reads back as null."""
+    cache: dict[Any, str | None] = {}
+
+    def text(value: Any) -> str | None:
+        if value is None:
+            return None
+        key = repr(value)
+        if key not in cache:
+            cast = pc.cast(pa.array([value], plain_storage(t)).cast(t), pa.string())[0].as_py()
+            cache[key] = cast or None
+        return cache[key]
+
+    return text
+
+
+def digest_source(source: Source[Any, Any, Any, Any], layout: dict[str, Any]) -> tuple[Digest, bool]:
+    """Digest every row of the source; True when it came from ``reference_rows`` (independent of the copy)."""
+    schema = source.schema()
+    bucket_columns = _bucket_columns(layout)
+    keys = [(schema.get_field_index(c), _bucket_text(schema.field(c).type)) for c in bucket_columns]
+    data = [(i, f.type) for i, f in enumerate(schema) if f.name not in bucket_columns]
+    rows = source.reference_rows()
+    independent = rows is not None
+    digest = Digest()
+    for row in rows if rows is not None else _plain_rows_through_emitter(source):
+        suffix = _bucket_suffix([text(row[i]) for i, text in keys])
+        digest.add(_row_bytes((canonical(row[i], t) for i, t in data), suffix))
+    return digest, independent
+
+
+# -- the output side ---------------------------------------------------------------------------------------------
 
 
 def _bucket_columns(layout: dict[str, Any]) -> list[str]:
@@ -115,23 +180,144 @@ def _bucket_columns(layout: dict[str, Any]) -> list[str]:
     return [c.strip() for c in str(layout.get("bucket_columns", "")).split(",") if c.strip()]
 
 
-def _bucket_suffix(values: list[str | None]) -> bytes:
-    return b"" if not values else b"\x00" + json.dumps(values).encode()
-
-
 def _path_values(relative_dir: str, columns: list[str]) -> list[str | None]:
     found: dict[str, str | None] = {}
     for segment in relative_dir.split("/"):
         name, eq, value = segment.partition("=")
-        if not eq:
-            continue
-        decoded: str | None = unquote(value)
-        if value == NULL_SEGMENT:
-            decoded = None
-        elif value == EMPTY_SEGMENT:
-            decoded = ""
-        found[unquote(name)] = decoded
+        if eq:
+            found[unquote(name)] = None if value == NULL_SEGMENT else unquote(value)
     return [found.get(c) for c in columns]
+
+
+_STRING_RENDERED = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary,
+                    pa.types.is_timestamp, pa.types.is_date, pa.types.is_decimal, is_duration)
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def from_json(value: Any, t: pa.DataType) -> Any:
+    """A value as JSON lines (and CSV's nested fields) hold it, back to the plain value of type ``t``."""
+    if value is None:
+        return None
+    if pa.types.is_floating(t):
+        return _NON_FINITE[value] if isinstance(value, str) else float(value)
+    if pa.types.is_timestamp(t):
+        return parse_iso_timestamp(value, t.unit)
+    if pa.types.is_date32(t):
+        return parse_iso_date(value)
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return base64.b64decode(value, validate=True)
+    if is_duration(t):
+        return parse_iso_duration(value)
+    if pa.types.is_map(t):
+        def key(text: str) -> Any:
+            if any(check(t.key_type) for check in _STRING_RENDERED):
+                return from_json(text, t.key_type)
+            try:
+                return from_json(json.loads(text), t.key_type)
+            except ValueError:
+                return from_json(text, t.key_type)
+
+        return [(key(k), from_json(v, t.item_type)) for k, v in value.items()]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [from_json(v, t.value_type) for v in value]
+    if pa.types.is_struct(t):
+        return {f.name: from_json(value.get(f.name), f.type) for f in t}
+    return value
+
+
+def from_text(text: str | None, t: pa.DataType) -> Any:
+    """One CSV field back to the plain value of type ``t`` (None: an unquoted empty field, null)."""
+    if text is None:
+        return None
+    if pa.types.is_integer(t):
+        return int(text)
+    if pa.types.is_floating(t):
+        return float(text)
+    if pa.types.is_boolean(t):
+        return {"true": True, "false": False}[text]
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return text
+    if pa.types.is_nested(t) and not is_duration(t):
+        return from_json(json.loads(text), t)
+    return from_json(text, t)
+
+
+def _strict(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON (strict JSON has no NaN or infinity)")
+
+
+def _jsonl_rows(data: bytes, names: list[str], path: str) -> Iterator[list[Any]]:
+    # split on \n only: U+2028 and the other characters str.splitlines() breaks at are legal inside a JSON string
+    for number, line in enumerate(data.split(b"\n"), 1):
+        if not line:
+            continue
+        try:
+            obj = json.loads(line.decode("utf-8"), parse_constant=_strict)
+        except ValueError as exc:
+            raise SinkError(f"{path}: line {number} is not valid JSON: {exc}") from None
+        yield [obj.get(n) for n in names]
+
+
+_FIELD = re.compile(r'"((?:[^"]|"")*)"|([^,"\r\n]*)')
+
+
+def csv_records(text: str) -> Iterator[list[str | None]]:
+    """RFC 4180 records: a quoted field is text (``""`` the empty string), an unquoted empty field None."""
+    pos, end = 0, len(text)
+    while pos < end:
+        record: list[str | None] = []
+        while True:
+            m = _FIELD.match(text, pos)
+            assert m is not None  # the pattern matches the empty string
+            quoted, bare = m.groups()
+            record.append(quoted.replace('""', '"') if quoted is not None else (bare or None))
+            pos = m.end()
+            if pos < end and text[pos] == ",":
+                pos += 1
+                continue
+            if text.startswith("\r\n", pos):
+                pos += 2
+            elif pos < end and text[pos] == "\n":
+                pos += 1
+            elif pos < end:
+                raise ValueError(f"malformed CSV at character {pos}")
+            break
+        yield record
+
+
+def _files(fs: pafs.FileSystem, base: str) -> list[tuple[str, str]]:
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    out = []
+    for info in sorted(infos, key=lambda i: i.path):
+        relative = info.path[len(base) + 1:]
+        if info.type == pafs.FileType.File and not any(p.startswith(("_", ".")) for p in relative.split("/")):
+            out.append((info.path, relative))
+    return out
+
+
+def _file_rows(fs: pafs.FileSystem, path: str, fmt: str, fields: list[pa.Field], header: bool) -> Iterator[
+        list[Any]]:
+    names = [f.name for f in fields]
+    if fmt == "parquet":
+        with fs.open_input_file(path) as f:
+            for batch in pq.ParquetFile(f).iter_batches(65_536, columns=names):
+                columns = [c.cast(plain_storage(c.type)).to_pylist() for c in batch.columns]
+                yield from (list(row) for row in zip(*columns, strict=True))
+        return
+    with fs.open_input_stream(path) as stream:
+        data = bytes(stream.read())
+    if fmt == "jsonl":
+        for row in _jsonl_rows(data, names, path):
+            yield [from_json(v, f.type) for v, f in zip(row, fields, strict=True)]
+        return
+    records = csv_records(data.decode("utf-8"))
+    order = list(range(len(fields)))
+    if header:
+        first = next(records, None)
+        if first is not None:
+            order = [first.index(n) if n in first else -1 for n in names]
+    for record in records:
+        yield [None if i < 0 else from_text(record[i], f.type) for i, f in zip(order, fields, strict=True)]
 
 
 def read_layout(output: str) -> dict[str, Any]:
@@ -142,37 +328,31 @@ def read_layout(output: str) -> dict[str, Any]:
             return dict(json.loads(bytes(stream.read()).decode("utf-8")))
     except FileNotFoundError:
         raise SinkError(f"{output} has no {META_DIR}/copy.json: it was not written by splitsource copy") from None
-    except ValueError:
+    except (ValueError, UnicodeDecodeError):
         raise SinkError(f"{path} is corrupt") from None
 
 
-def digest_output(output: str, layout: dict[str, Any]) -> Digest:
-    """Digest every finished part file under ``output`` (what a reader of the directory would read)."""
+def digest_output(output: str, layout: dict[str, Any], schema: pa.Schema) -> Digest:
+    """Digest every finished part file under ``output`` (what a reader of the directory would read), decoding
+    each column as ``schema`` says."""
     fs, base = resolve_filesystem(output)
+    bucket_columns = _bucket_columns(layout)
+    fields = [f for f in schema if f.name not in bucket_columns]
+    fmt = layout["format"]
     digest = Digest()
-    columns = _bucket_columns(layout)
-    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    for info in sorted(infos, key=lambda i: i.path):
-        relative = info.path[len(base) + 1:]
-        if info.type != pafs.FileType.File or any(p.startswith(("_", ".")) for p in relative.split("/")):
-            continue
-        suffix = _bucket_suffix(_path_values(relative.rpartition("/")[0], columns))
-        fmt = layout["format"]
-        if fmt == "parquet":
-            with fs.open_input_file(info.path) as f:
-                rows = [r for b in pq.ParquetFile(f).iter_batches(65536) for r in _canonical(b, fmt)]
-        else:
-            with fs.open_input_stream(info.path) as stream:
-                text = bytes(stream.read()).decode("utf-8")
-            if fmt == "csv":
-                rows = _parse_csv(text, header=bool(layout.get("csv_header", True)))
-            else:
-                rows = [line.encode("utf-8") for line in text.splitlines()]
-        for row in rows:
-            digest.add(row + suffix)
+    for path, relative in _files(fs, base):
+        suffix = _bucket_suffix(_path_values(relative.rpartition("/")[0], bucket_columns))
+        try:
+            for row in _file_rows(fs, path, fmt, fields, bool(layout.get("csv_header", True))):
+                digest.add(_row_bytes((canonical(v, f.type) for v, f in zip(row, fields, strict=True)), suffix))
+        except SinkError:
+            raise
+        except (ValueError, KeyError, TypeError, pa.ArrowException, UnicodeDecodeError) as exc:
+            raise SinkError(f"{path}: cannot be read as {fmt} of the source's columns: {exc}") from None
     return digest
 
 
 def verify(source: Source[Any, Any, Any, Any], output: str) -> VerifyResult:
     layout = read_layout(output)
-    return VerifyResult(digest_source(source, layout), digest_output(output, layout))
+    source_digest, independent = digest_source(source, layout)
+    return VerifyResult(source_digest, digest_output(output, layout, source.schema()), independent)

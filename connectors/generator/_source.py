@@ -32,7 +32,7 @@ order, on any machine, yields the same rows: what makes the generator a good con
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +129,32 @@ def _mix(x: np.ndarray) -> np.ndarray:
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     out: np.ndarray = x ^ (x >> np.uint64(31))
     return out
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix64(x: int) -> int:
+    """:func:`_mix` on one Python integer."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _reference_value(column: Column, row: int, h: int) -> Any:
+    kind = column.type_name
+    if kind == "bigint":
+        return row if column.name == "id" else h - (1 << 64) if h >= 1 << 63 else h
+    if kind == "int":
+        return h >> 33
+    if kind == "double":
+        return float(h >> 11) * 2.0**-53
+    if kind == "boolean":
+        return bool(h & 1)
+    if kind == "timestamp":
+        return h % _FIVE_YEARS_US + _EPOCH_2020_US
+    text = f"{column.name}-{h % 1_000_000_000}"
+    return text if kind == "string" else text.encode()
 
 
 def generate_batch(options: GeneratorOptions, schema: pa.Schema, start: int, end: int) -> pa.RecordBatch:
@@ -346,7 +372,25 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
             "connector": self.name, "rows": o.rows, "seed": o.seed,
             "columns": ",".join(f"{c.name}:{c.type_name}{'?' if c.nullable else ''}" for c in o.columns),
             "null_fraction": o.null_fraction,
+            # the split layout: a checkpoint's split indices mean other rows under another size
+            "rows_per_split": o.rows_per_split,
         }
+
+    def reference_rows(self) -> Iterator[tuple[Any, ...]]:
+        """The rows again, one at a time in plain Python integers: a second implementation of the formula that
+        :func:`generate_batch` computes with numpy, for ``splitsource verify``."""
+        o = self.options
+        salts = [(o.seed * 1_000_003 + position * 0x9E3779B97F4A7C15) & _MASK64 for position in range(len(o.columns))]
+        threshold = int(o.null_fraction * 1_000_000)
+        for row in range(o.rows):
+            values: list[Any] = []
+            for column, salt in zip(o.columns, salts, strict=True):
+                h = _mix64((row + salt) & _MASK64)
+                if column.nullable and o.null_fraction > 0 and _mix64(h) % 1_000_000 < threshold:
+                    values.append(None)
+                else:
+                    values.append(_reference_value(column, row, h))
+            yield tuple(values)
 
     def _maybe_fail(self, start: int, end: int, split_id: str) -> int:
         """Cut the batch at ``fail_at_row`` and fail when a fetch starts there, ``fail_times`` times."""

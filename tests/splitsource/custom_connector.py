@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+import pyarrow as pa
+
 from connectors.generator import GeneratorSource
+from splitsource import RecordEmitter, SplitState
 
 
 class SquaresSource(GeneratorSource):
@@ -14,3 +20,23 @@ class SquaresSource(GeneratorSource):
         raw = dict(options) if isinstance(options, dict) else {}
         raw.setdefault("columns", "id:bigint")
         super().__init__(raw)
+
+
+class OneUlpOffGenerator(GeneratorSource):
+    """The generator with a planted conversion bug: its emitter moves every ``score`` by one unit in the last place,
+    the kind of error a float on the conversion path makes."""
+
+    def create_record_emitter(self) -> RecordEmitter[Any, Any]:
+        inner = super().create_record_emitter()
+
+        class OneUlpOff(RecordEmitter[Any, Any]):
+            def emit(self, raw: Any, state: SplitState[Any]) -> pa.RecordBatch | None:
+                batch = inner.emit(raw, state)
+                if batch is None or "score" not in batch.schema.names:
+                    return batch
+                i = batch.schema.get_field_index("score")
+                moved = pa.array([None if v is None else math.nextafter(v, math.inf)
+                                  for v in batch.column(i).to_pylist()], pa.float64())
+                return batch.set_column(i, batch.schema.field(i), moved)
+
+        return OneUlpOff()
