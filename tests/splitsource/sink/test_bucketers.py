@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -9,40 +10,55 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from splitsource import OptionsError
-from splitsource.sink import ColumnBucketer, DateTimeBucketer, encode_segment
+from splitsource import OptionsError, SinkError
+from splitsource.sink import ColumnBucketer, DateTimeBucketer, encode_value
 
-HOSTILE = ["..", ".", "../../etc", "/abs/path", "a/b", "a\x00b", "_SUCCESS", "__HIVE_DEFAULT_PARTITION__", "%2F",
-           ".hidden", "c:\\x", "é", " "]
+HOSTILE = ["..", ".", "../../etc", "/abs/path", "a/b", "a\x00b", "_SUCCESS", "%2F", ".hidden", "c:\\x", "é", " ",
+           "=", "a=b", "ü%C3%BC", "'\"", "{[]}^*:?#", "\x7f", "line\nbreak"]
 
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_values_become_one_plain_directory_name(value: str) -> None:
-    segment = encode_segment(value)
-    assert "/" not in segment and "\x00" not in segment and "\\" not in segment
-    assert segment not in (".", "..") and not segment.startswith((".", "_"))
-    assert unquote(segment) == value  # Spark's partition discovery decodes it back
+    segment = "v=" + encode_value(value)
+    assert "/" not in segment and "\x00" not in segment and "\\" not in segment and segment.count("=") == 1
+    assert unquote(segment) == "v=" + value  # the %XX a reader decodes, and nothing else, gives the value back
 
 
 @given(st.text())
 def test_any_text_round_trips_through_one_safe_segment(value: str) -> None:
-    segment = encode_segment(value)
-    assert segment and "/" not in segment and not segment.startswith((".", "_")) or value == ""
-    if value:
-        assert unquote(segment) == value
+    encoded = encode_value(value)
+    assert encoded and "/" not in encoded and "\x00" not in encoded
+    assert all(ord(c) > 0x7F or c not in "\"#%'*/:=?\\{[]^" and ord(c) >= 0x20 for c in unquote_plus_safe(encoded))
+    if value not in ("", "__HIVE_DEFAULT_PARTITION__"):
+        assert unquote(encoded) == value
 
 
-def test_null_and_empty_have_reserved_names_no_value_can_forge() -> None:
-    assert encode_segment(None) == "__HIVE_DEFAULT_PARTITION__"
-    assert encode_segment("") == "__EMPTY__"
-    assert encode_segment("__EMPTY__") != "__EMPTY__"
+def unquote_plus_safe(encoded: str) -> str:
+    """The encoded text with its %XX escapes removed: what is left must be free of characters Spark escapes."""
+    return re.sub("%[0-9A-F]{2}", "", encoded)
+
+
+def test_non_ascii_is_kept_as_it_is_so_spark_does_not_garble_it() -> None:
+    assert encode_value("ü日本") == "ü日本"  # Spark unescapes %XX byte by byte: %C3%BC would read back as Ã¼
+    assert encode_value("100%") == "100%25"
+
+
+def test_null_and_empty_are_the_hive_default_partition_and_the_literal_is_escaped() -> None:
+    assert encode_value(None) == encode_value("") == "__HIVE_DEFAULT_PARTITION__"
+    assert encode_value("__HIVE_DEFAULT_PARTITION__") == "%5F_HIVE_DEFAULT_PARTITION__"
+
+
+def test_a_segment_longer_than_a_file_name_is_refused_naming_the_column() -> None:
+    batch = pa.record_batch({"id": [1], "k": ["x" * 300]})
+    with pytest.raises(SinkError, match="bucket column 'k'.*over the 255"):
+        ColumnBucketer(["k"]).split(batch, 0.0)
 
 
 def test_column_bucketer_puts_each_row_in_one_bucket_and_drops_the_columns() -> None:
     batch = pa.record_batch({"id": list(range(9)), "k": ["a", "b", None, "a", "../x", "b", "a", None, ""],
                              "n": [1, 1, 2, 2, 1, 1, 2, 2, 1]})
     parts = dict(ColumnBucketer(["k"]).split(batch, 0.0))
-    assert set(parts) == {"k=a", "k=b", "k=__HIVE_DEFAULT_PARTITION__", "k=%2E.%2Fx", "k=__EMPTY__"}
+    assert set(parts) == {"k=a", "k=b", "k=__HIVE_DEFAULT_PARTITION__", "k=..%2Fx"}  # '' and null: one bucket
     assert sorted(i for rows in parts.values() for i in rows.column("id").to_pylist()) == list(range(9))
     assert parts["k=a"].column("id").to_pylist() == [0, 3, 6]
     assert parts["k=a"].schema.names == ["id", "n"]
