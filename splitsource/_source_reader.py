@@ -25,18 +25,24 @@ RawT = TypeVar("RawT")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often and how patiently a transient fetch error is retried from the split state.
+    """How often and how patiently a transient error is retried from the split state.
 
-    ``max_attempts`` counts attempts in a row without progress (an emitted batch resets the count); the wait before
-    attempt ``n`` is ``min(initial_backoff * 2**(n-1), max_backoff)`` seconds.
+    A reader gives up once ``max_attempts`` attempts in a row have failed without progress (an emitted batch
+    resets the count) **and** ``max_wait`` seconds have passed since the first of them: a node that restarts
+    (half a minute to a few minutes) is waited for, while a source that fails at once still gets its attempts.
+    The wait before attempt ``n`` is ``min(initial_backoff * 2**(n-1), max_backoff)`` seconds.
     """
 
     max_attempts: int = 5
     initial_backoff: float = 0.2
     max_backoff: float = 10.0
+    max_wait: float = 300.0
 
     def backoff(self, attempt: int) -> float:
         return float(min(self.initial_backoff * (2 ** (attempt - 1)), self.max_backoff))
+
+    def gives_up(self, attempt: int, waited: float) -> bool:
+        return attempt >= self.max_attempts and waited >= self.max_wait
 
 
 @dataclass
@@ -56,16 +62,19 @@ _END = ("end",)
 class SourceReader(Generic[SplitT, RawT]):
     """Reads splits from ``next_split`` through a fetcher thread and yields Arrow batches from :meth:`read`.
 
-    Contract:
+    Contract (Flink's ``SourceReaderBase`` and ``SplitFetcherManager``):
 
-    - the fetcher thread calls ``SplitReader.fetch`` and puts results into a queue of ``queue_capacity`` items,
-      blocking when it is full (backpressure: a slow consumer never makes the reader buffer the source);
-    - the consuming thread (the one iterating :meth:`read`) owns every :class:`SplitState`: it creates it when a
-      split is assigned and the emitter advances it batch by batch;
-    - a fetch error the source declares transient is retried: the reader waits until every batch fetched before
-      the error has been emitted, closes the split reader, and opens a new one on ``state.to_split()`` of each
-      unfinished split, so nothing is repeated or skipped. After ``retry.max_attempts`` attempts in a row without
-      progress, or on any other error, :class:`SplitReadError` names the split(s) and chains the cause;
+    - the consuming thread (the one iterating :meth:`read`) owns the splits: it alone calls ``next_split``,
+      registers the split's :class:`SplitState`, and only then hands the split to the fetcher; the emitter
+      advances the state batch by batch. A split is never held only by the fetcher, so a snapshot or an add-back
+      after any stop or failure sees every split this reader took;
+    - the fetcher thread creates the split reader (for a connector, connecting), calls ``SplitReader.fetch`` and
+      puts results into a queue of ``queue_capacity`` items, blocking when it is full (backpressure);
+    - every error, from creating the split reader as from fetching, goes to ``Source.is_transient``. A transient
+      one is retried: the reader waits until every batch fetched before it has been emitted, closes the split
+      reader, and starts a new one on ``state.to_split()`` of each unfinished split, so nothing is repeated or
+      skipped; it gives up as :class:`RetryPolicy` says, with :class:`SplitReadError` naming the splits, the
+      attempts and the time waited, and chaining the cause;
     - :meth:`close` is always safe to call, also from ``finally`` after an error; :meth:`read` calls it when the
       iteration ends or is abandoned.
     """
@@ -86,6 +95,7 @@ class SourceReader(Generic[SplitT, RawT]):
         self._retry = retry or RetryPolicy()
         self._name = name
         self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=queue_capacity)
+        self._inbox: queue.Queue[SplitT | None] = queue.Queue()  # consumer -> fetcher: the next split, or None
         self._emitter = source.create_record_emitter()
         self._states: dict[str, SplitState[SplitT]] = {}
         self._split_reader: SplitReader[SplitT, RawT] | None = None
@@ -93,7 +103,6 @@ class SourceReader(Generic[SplitT, RawT]):
         self._stop = threading.Event()
         self._closed = False
         self._started = False
-        self._orphans: list[SplitT] = []  # taken from next_split by a stopped fetcher, never started
         self.metrics = ReaderMetrics()
 
     # -- fetcher thread -------------------------------------------------------------------------------------------
@@ -107,15 +116,30 @@ class SourceReader(Generic[SplitT, RawT]):
                 continue
         return False
 
-    def _fetch_loop(self, reader: SplitReader[SplitT, RawT], unfinished: set[str]) -> None:
+    def _take(self, inbox: queue.Queue[SplitT | None]) -> tuple[bool, SplitT | None]:
+        """The consumer's answer to an ``idle`` request: (True, split or None), or (False, None) when stopped."""
+        while not self._stop.is_set():
+            try:
+                return True, inbox.get(timeout=0.1)
+            except queue.Empty:
+                continue
+        return False, None
+
+    def _fetch_loop(self, resume: list[SplitT], stop: threading.Event, inbox: queue.Queue[SplitT | None]) -> None:
         try:
-            while not self._stop.is_set():
+            reader = self._source.create_split_reader()
+            self._split_reader = reader
+            if stop.is_set():  # stopped while connecting: _stop_fetcher may have missed the reader
+                return
+            unfinished = {s.split_id for s in resume}
+            if resume:
+                reader.add_splits(resume)
+            while not stop.is_set():
                 if not unfinished:
-                    split = self._next_split()
-                    if split is None:
-                        self._put(_END)
+                    if not self._put(("idle",)):
                         return
-                    if not self._put(("assign", split)):
+                    answered, split = self._take(inbox)
+                    if not answered or split is None:
                         return
                     unfinished.add(split.split_id)
                     reader.add_splits([split])
@@ -131,45 +155,38 @@ class SourceReader(Generic[SplitT, RawT]):
             self._put(("error", exc))
 
     def _start_fetcher(self, resume: list[SplitT]) -> None:
-        reader = self._source.create_split_reader()
-        self._split_reader = reader
-        if resume:
-            reader.add_splits(resume)
-        unfinished = {s.split_id for s in resume}
+        self._stop = threading.Event()
+        self._inbox = queue.Queue()
         self._fetcher = threading.Thread(
-            target=self._fetch_loop, args=(reader, unfinished), name=f"{self._name}-fetcher", daemon=True
+            target=self._fetch_loop, args=(resume, self._stop, self._inbox), name=f"{self._name}-fetcher",
+            daemon=True,
         )
         self._fetcher.start()
 
-    def _stop_fetcher(self) -> list[SplitT]:
-        """Stop the fetcher, close its split reader, and return splits it took but the consumer never saw."""
+    def _stop_fetcher(self) -> None:
+        """Stop the fetcher and close its split reader. Queued items are dropped: every split they concern has a
+        registered state, which is where a restart or a snapshot continues from."""
         self._stop.set()
         if self._split_reader is not None:
             try:
                 self._split_reader.wake_up()
             except Exception:  # best effort: close() below still runs
                 log.debug("wake_up failed", exc_info=True)
-        unseen: list[SplitT] = []
         while self._fetcher is not None and self._fetcher.is_alive():
-            unseen.extend(self._drain())
+            self._drain()
             self._fetcher.join(timeout=0.05)
-        unseen.extend(self._drain())
+        self._drain()
         if self._split_reader is not None:
             reader, self._split_reader = self._split_reader, None
             reader.close()
         self._fetcher = None
-        self._stop = threading.Event()
-        return unseen
 
-    def _drain(self) -> list[SplitT]:
-        taken: list[SplitT] = []
+    def _drain(self) -> None:
         while True:
             try:
-                item = self._queue.get_nowait()
+                self._queue.get_nowait()
             except queue.Empty:
-                return taken
-            if item[0] == "assign":
-                taken.append(item[1])
+                return
 
     # -- consuming thread -----------------------------------------------------------------------------------------
 
@@ -179,7 +196,7 @@ class SourceReader(Generic[SplitT, RawT]):
             raise ProtocolError(f"{self._name}: read() called twice")
         self._started = True
         self._start_fetcher([])
-        failures = 0
+        failures, failing_since = 0, 0.0
         try:
             while True:
                 item = self._queue.get()
@@ -195,39 +212,41 @@ class SourceReader(Generic[SplitT, RawT]):
                         self.metrics.batches += 1
                         self.metrics.bytes += out.nbytes
                         yield out
-                elif kind == "assign":
-                    split = item[1]
+                elif kind == "idle":
+                    split = self._next_split()
+                    if split is None:
+                        self._inbox.put(None)
+                        return
                     if split.split_id in self._states:
                         raise ProtocolError(f"{self._name}: split '{split.split_id}' assigned twice")
                     self._states[split.split_id] = self._source.create_split_state(split)
+                    self._inbox.put(split)
                 elif kind == "finished":
                     if self._states.pop(item[1], None) is not None:
                         self.metrics.finished_splits.append(item[1])
                 elif kind == "error":
                     failures += 1
-                    self._handle_error(item[1], failures)
-                elif kind == "end":
-                    return
+                    failing_since = time.monotonic() if failures == 1 else failing_since
+                    self._handle_error(item[1], failures, time.monotonic() - failing_since)
         finally:
             self.close()
 
-    def _handle_error(self, error: BaseException, attempt: int) -> None:
+    def _handle_error(self, error: BaseException, attempt: int, waited: float) -> None:
         split_ids = ", ".join(self._states) or "(none assigned)"
-        unseen = self._stop_fetcher()
-        for split in unseen:  # taken by the failed fetcher, never started: they resume from the start
-            self._states[split.split_id] = self._source.create_split_state(split)
-        if isinstance(error, SplitSourceError) and not isinstance(error, SplitReadError):
-            raise error
+        self._stop_fetcher()
         if not self._source.is_transient(error):
+            if isinstance(error, SplitSourceError) and not isinstance(error, SplitReadError):
+                raise error  # the connector's own clear error (bad option, missing table): as it is
             raise SplitReadError(f"reading split(s) {split_ids} failed: {error}") from error
-        if attempt >= self._retry.max_attempts:
+        if self._retry.gives_up(attempt, waited):
             raise SplitReadError(
-                f"reading split(s) {split_ids} failed after {attempt} attempts: {error}"
+                f"reading split(s) {split_ids} failed after {attempt} attempts over {waited:.1f}s: {error}"
             ) from error
         wait = self._retry.backoff(attempt)
         log.warning(
-            "%s: transient error on split(s) %s (attempt %d of %d), resuming from split state in %.1fs: %s",
-            self._name, split_ids, attempt, self._retry.max_attempts, wait, error,
+            "%s: transient error on split(s) %s (attempt %d, %.0fs so far, giving up after %d attempts and %.0fs), "
+            "resuming from split state in %.1fs: %s",
+            self._name, split_ids, attempt, waited, self._retry.max_attempts, self._retry.max_wait, wait, error,
         )
         self.metrics.retries += 1
         time.sleep(wait)
@@ -239,12 +258,12 @@ class SourceReader(Generic[SplitT, RawT]):
         Stops the fetcher first. Used by runtimes to give a failed reader's splits back to the enumerator.
         """
         if self._fetcher is not None:
-            self._orphans.extend(self._stop_fetcher())
-        return [state.to_split() for state in self._states.values()] + self._orphans
+            self._stop_fetcher()
+        return [state.to_split() for state in self._states.values()]
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         if self._fetcher is not None or self._split_reader is not None:
-            self._orphans.extend(self._stop_fetcher())
+            self._stop_fetcher()

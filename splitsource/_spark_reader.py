@@ -13,6 +13,7 @@ partitions            0        exact number of Spark partitions instead (0: by s
 min_partitions        2        by size, still make at least this many partitions (if there are splits)
 queue_capacity        4        batches buffered between a partition's fetcher thread and Spark
 max_attempts          5        attempts per split for transient errors, in a row without progress
+max_retry_wait_s      300      and keep retrying them this long without progress (a restarting node)
 initial_backoff_ms    200      first retry wait; doubles per attempt up to max_backoff_ms
 max_backoff_ms        10000    longest retry wait
 max_splits_per_batch  0        streaming: splits per micro-batch (0: by max_bytes_per_batch_mb)
@@ -67,6 +68,8 @@ class FrameworkOptions:
     min_partitions: int = option(2, doc="by size, at least this many partitions", minimum=1)
     queue_capacity: int = option(4, doc="batches buffered per partition", minimum=1, maximum=1024)
     max_attempts: int = option(5, doc="attempts per split on transient errors", minimum=1)
+    max_retry_wait_s: float = option(300.0, doc="keep retrying transient errors this long without progress",
+                                     minimum=0.0)
     initial_backoff_ms: int = option(200, doc="first retry wait in ms", minimum=0)
     max_backoff_ms: int = option(10_000, doc="longest retry wait in ms", minimum=0)
     max_splits_per_batch: int = option(0, doc="streaming: splits per micro-batch (0: by max_bytes_per_batch_mb)",
@@ -78,7 +81,8 @@ class FrameworkOptions:
 
     @property
     def retry(self) -> RetryPolicy:
-        return RetryPolicy(self.max_attempts, self.initial_backoff_ms / 1000, self.max_backoff_ms / 1000)
+        return RetryPolicy(self.max_attempts, self.initial_backoff_ms / 1000, self.max_backoff_ms / 1000,
+                           self.max_retry_wait_s)
 
 
 FRAMEWORK_KEYS = frozenset(f.lower() for f in FrameworkOptions.__dataclass_fields__)

@@ -12,6 +12,10 @@ message when a contract of :mod:`splitsource` is broken::
 ``expected`` is the whole source read some other way (the generator computes it, the Cassandra tests read it
 with the driver). Without it, a single-reader read is the reference, which still catches gaps and overlaps
 between parallel readers, restores and add-backs.
+
+A check that could not have failed raises too (``too trivial to test``, as Beam's kit says): an empty source, a
+snapshot that came after the last batch, a reader that ended before its planned failure, a split read in one
+fetch so that ``wake_up`` interrupted nothing. Make the source larger or its batches smaller.
 """
 
 from __future__ import annotations
@@ -68,10 +72,16 @@ def _assert_same(actual: Counter[Hashable], expected: Counter[Hashable], what: s
     )
 
 
+def _trivial(check: str, why: str) -> AssertionError:
+    return AssertionError(f"{check}: too trivial to test: {why}; use a larger source or smaller batches")
+
+
 def _reference(source: AnySource, expected: pa.Table | None) -> Counter[Hashable]:
-    if expected is not None:
-        return rows_of(expected)
-    return rows_of(LocalRuntime(source, 1).run().batches, source.schema())
+    rows = rows_of(expected) if expected is not None else rows_of(LocalRuntime(source, 1).run().batches,
+                                                                  source.schema())
+    if not rows:
+        raise _trivial("reference", "the source has no rows, so any read would equal it")
+    return rows
 
 
 def check_parallel_read(source: AnySource, expected: pa.Table | None = None, parallelism: int = 3) -> None:
@@ -97,10 +107,10 @@ def check_snapshot_restore(
     """Stop after ``stop_after_batches`` batches, round-trip the checkpoint through its serializers, restore
     into a fresh runtime and finish: what was read before plus after equals the whole source exactly."""
     first = LocalRuntime(source, parallelism).run(stop_after_batches=stop_after_batches)
-    batches = list(first.batches)
-    if first.checkpoint is not None:
-        restored = _round_trip_checkpoint(source, first.checkpoint)
-        batches += LocalRuntime(source, parallelism, restore=restored).run().batches
+    if first.checkpoint is None:
+        raise _trivial("snapshot and restore", f"the source ended before {stop_after_batches} batch(es)")
+    restored = _round_trip_checkpoint(source, first.checkpoint)
+    batches = list(first.batches) + LocalRuntime(source, parallelism, restore=restored).run().batches
     _assert_same(
         rows_of(batches, source.schema()),
         _reference(source, expected),
@@ -114,6 +124,10 @@ def check_add_back(
     """Reader 0 fails after ``fail_after_batches`` batches; its unfinished splits go back to the enumerator and
     another reader finishes them: every record exactly once."""
     result = LocalRuntime(source, parallelism).run(fail_readers={0: fail_after_batches})
+    if result.reader_failures == 0:  # the other readers took the work: one reader then has all of it
+        result = LocalRuntime(source, 1).run(fail_readers={0: fail_after_batches})
+    if result.reader_failures == 0:
+        raise _trivial("add-back", f"the source has fewer than {fail_after_batches} batch(es), so no reader failed")
     _assert_same(
         rows_of(result.batches, source.schema()),
         _reference(source, expected),
@@ -135,11 +149,13 @@ def check_serializers(source: AnySource, max_splits: int = 1000) -> None:
         if split is None:
             break
         taken.append(split)
+    if not taken:
+        raise _trivial("serializers", "the enumerator generated no split")
         again = read_envelope(source.split_serializer(), write_envelope(source.split_serializer(), split))
         assert again == split, f"split {split.split_id} does not round-trip: {again!r} != {split!r}"
     ids = [s.split_id for s in taken]
     assert len(ids) == len(set(ids)), "split ids are not unique"
-    if taken:
+    if taken:  # always: checked above
         enumerator.add_splits_back(taken[:2])
         state = enumerator.snapshot_state()
         assert enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, state)) == state
@@ -154,7 +170,7 @@ def check_wake_up_resume(source: AnySource, timeout: float = 30.0) -> None:
     split = enumerator.next_split()
     enumerator.close()
     if split is None:
-        return
+        raise _trivial("wake-up resume", "the enumerator generated no split")
     reader = source.create_split_reader()
     emitter = source.create_record_emitter()
     state = source.create_split_state(split)
@@ -184,6 +200,9 @@ def check_wake_up_resume(source: AnySource, timeout: float = 30.0) -> None:
             finished = drain(box[0])
     finally:
         reader.close()
+    if not woke:
+        raise _trivial("wake-up resume",
+                       f"split {split.split_id} was read in one fetch, so wake_up interrupted nothing")
     reference = _read_one_split(source, split)  # the same split, read without interruption
     _assert_same(rows_of(out, source.schema()), rows_of(reference, source.schema()), "fetch after wake_up")
 

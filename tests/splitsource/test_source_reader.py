@@ -10,9 +10,9 @@ import pytest
 from connectors.generator import GeneratorSource
 from splitsource import ProtocolError, RetryPolicy, SourceReader, SplitReadError
 from splitsource.testing import rows_of
-from tests.splitsource.fakes import FlakyConnectionSource
+from tests.splitsource.fakes import DownForSource, FlakyConnectionSource, GatedSupplySource
 
-FAST = RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.002)
+FAST = RetryPolicy(max_attempts=3, initial_backoff=0.001, max_backoff=0.002, max_wait=0)
 
 
 def supplier(source: GeneratorSource):  # type: ignore[no-untyped-def]
@@ -48,7 +48,8 @@ def test_transient_failure_past_max_attempts_names_the_split() -> None:
     source = GeneratorSource(
         {"rows": "10000", "split_rows": "3000", "batch_rows": "700", "fail_at_row": "4500", "fail_times": "9"}
     )
-    with pytest.raises(SplitReadError, match=r"split\(s\) generator-1 failed after 3 attempts: injected failure"):
+    with pytest.raises(SplitReadError,
+                       match=r"split\(s\) generator-1 failed after 3 attempts over [0-9.]+s: injected failure"):
         read_ids(source)
 
 
@@ -69,12 +70,16 @@ def test_connection_error_declared_transient_rebuilds_the_split_reader() -> None
 
 
 def test_backpressure_bounds_what_the_fetcher_buffers() -> None:
-    source = GeneratorSource({"rows": "1000000", "split_rows": "1000000", "batch_rows": "1000"})
-    reader = SourceReader(source, supplier(source), queue_capacity=2)
+    source = FlakyConnectionSource(rows=1_000_000, fail_every=10**9)  # counts fetches; one batch per fetch
+    reader = SourceReader(source, source.enumerator().next_split, queue_capacity=2)
     it = reader.read()
     next(it)
-    time.sleep(0.3)  # give an unbounded fetcher time to run ahead; a bounded one blocks
-    assert reader._queue.qsize() <= 2
+    deadline = time.monotonic() + 10
+    while not reader._queue.full():  # an unbounded queue never fills: the deadline fails the test
+        assert time.monotonic() < deadline, "the fetcher never filled its queue"
+        time.sleep(0.005)
+    # one batch consumed, two queued, at most one fetched and waiting for room: nothing else is buffered
+    assert source.fetches <= 4
     it.close()  # abandoning the iteration closes the reader and stops the thread
 
 
@@ -100,3 +105,38 @@ def test_read_twice_is_a_protocol_error() -> None:
 
 def test_empty_source_reads_nothing() -> None:
     assert read_ids(GeneratorSource({"rows": "0"})) == []
+
+
+def test_a_split_being_handed_out_while_the_reader_stops_is_never_lost() -> None:
+    """Bug: the fetcher took a split, then found the reader stopping and dropped it; a snapshot missed it."""
+    source = GatedSupplySource()
+    reader = SourceReader(source, source.next_split, retry=FAST)
+    it = reader.read()
+    next(it)  # split 0's only batch
+    source.inside_supply.wait(1.0)  # a fetcher that asks for splits itself is inside the supply by now
+    remaining = {s.split_id for s in reader.snapshot_splits()}
+    finished = set(reader.metrics.finished_splits)
+    lost = [s.split_id for s in source.taken if s.split_id not in finished | remaining]
+    assert not lost, f"splits taken from the enumerator but neither finished nor in the snapshot: {lost}"
+    it.close()
+
+
+def test_a_node_down_for_a_while_is_waited_for_and_the_read_is_exact() -> None:
+    """Bug: re-creating the split reader (connecting) was outside the retry loop: one refused connect failed it."""
+    source = DownForSource({"rows": "3000", "split_rows": "1000", "batch_rows": "100"}, down_after_fetches=5,
+                           down_for_s=0.5)
+    policy = RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.05, max_wait=30)
+    reader = SourceReader(source, supplier(source), retry=policy)
+    assert [i for b in reader.read() for i in b.column("id").to_pylist()] == expected_ids(3000)
+    assert source.refused > policy.max_attempts  # the node was refusing longer than the attempts alone allow
+
+
+def test_a_node_that_stays_down_fails_after_the_wait_naming_splits_node_and_time() -> None:
+    source = DownForSource({"rows": "3000", "split_rows": "1000", "batch_rows": "100"}, down_after_fetches=5,
+                           down_for_s=600)
+    policy = RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.05, max_wait=0.3)
+    reader = SourceReader(source, supplier(source), retry=policy)
+    with pytest.raises(SplitReadError, match=r"split\(s\) generator-0 failed after \d+ attempts over 0\.[3-9]s: "
+                                             r"cannot reach node 127\.0\.0\.9:9042"):
+        list(reader.read())
+    assert source.refused >= 2

@@ -139,44 +139,55 @@ def test_spark_count_on_two_nodes(ring: Ring, spark: Any) -> None:
     assert df.count() == ROWS
 
 
-def test_scan_survives_a_node_crash_and_restart_mid_scan(ring: Ring) -> None:
-    """Kill node 4 (SIGKILL) while splits on it are half read; the scan waits, resumes from paging state, and
-    the result is exact once the node is back."""
+def test_scan_survives_a_node_crash_and_restart_mid_scan(ring: Ring, tmp_path: Path) -> None:
+    """SIGKILL node 4 while a split it owns is provably half read (its reader waits at a gate before page 3),
+    wait until a reader has failed on the dead node, restart it: the scan waits, resumes from paging state, and
+    the result is exact."""
     from scripts.cassandra import Node, restart_node, stop_node
+    from tests.connectors.cassandra.gated_connector import GatedCassandraSource
 
-    pages = {"n": 0}
-    source = CassandraSource(ring.options(fetch_size="100", splits="8"))
-    original = source.create_split_reader
-
-    def slow_reader() -> Any:
-        reader = original()
-        real_fetch = reader.fetch
-
-        def fetch() -> Any:
-            time.sleep(0.02)  # spread the scan over a few seconds so the crash lands in its middle
-            records = real_fetch()
-            pages["n"] += 1
-            return records
-
-        reader.fetch = fetch  # type: ignore[method-assign]
-        return reader
-
-    source.create_split_reader = slow_reader  # type: ignore[method-assign]
-    runtime = LocalRuntime(source, 2, retry=RetryPolicy(max_attempts=60, initial_backoff=0.2, max_backoff=2.0))
+    options = ring.options(fetch_size="100", splits="8")
+    plan = CassandraSource(options).create_enumerator(None)  # type: ignore[arg-type]
+    splits = list(iter(plan.next_split, None))
+    cluster, _ = ring.session()
+    try:
+        tm = cluster.metadata.token_map
+        owned = [s.split_id for s in splits
+                 if [h.address for h in tm.get_replicas(KS, tm.token_class(s.end))] == [f"127.0.0.{FIRST + 1}"]]
+    finally:
+        cluster.shutdown()
+    assert owned, "node 4 owns no split: the crash would prove nothing"
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    source = GatedCassandraSource({**options, "gate": str(gate), "gate_splits": ";".join(owned)})
+    runtime = LocalRuntime(source, 2, retry=RetryPolicy(max_attempts=5, initial_backoff=0.2, max_backoff=2.0,
+                                                        max_wait=240))
     outcome: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: outcome.update(result=runtime.run()), daemon=True)
+
+    def scan() -> None:
+        try:
+            outcome["result"] = runtime.run()
+        except Exception as exc:  # noqa: BLE001 - reported below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=scan, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    while pages["n"] < 40 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert pages["n"] >= 40, "the scan did not make progress before the crash"
+    wait_for(lambda: any(gate.glob("reached-*")), "reader half way through a split of node 4", 120, thread.is_alive)
     stop_node(Node(FIRST + 1, ring.root), sig=signal.SIGKILL)
-    pages_at_crash = pages["n"]
+    (gate / "release").touch()
+    wait_for(lambda: any(gate.glob("failed-*")), "reader failure on the dead node", 120, thread.is_alive)
     restart_node(ring.root, FIRST + 1, NODES, num_tokens=1, heap_mb=768, first=FIRST)
-    thread.join(timeout=180)
+    thread.join(timeout=300)
     assert not thread.is_alive(), "the scan did not finish after the node came back"
-    assert "result" in outcome, "the scan failed instead of waiting for the node"
-    assert pages["n"] > pages_at_crash
-    assert outcome["result"].retries > 0, "the crash never reached the reader: the test proved nothing"
+    assert "error" not in outcome, f"the scan failed instead of waiting for the node: {outcome.get('error')}"
+    assert outcome["result"].retries > 0
     table = outcome["result"].table(source.schema())
     assert checksum(table) == checksum(reference(ring))
+
+
+def wait_for(predicate: Any, what: str, timeout: float, alive: Any) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert alive(), f"the scan ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
+        time.sleep(0.05)

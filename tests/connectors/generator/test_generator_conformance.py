@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from connectors.generator import GeneratorSource, generate_batch
@@ -23,7 +23,13 @@ def expected(s: GeneratorSource) -> pa.Table:
     return pa.Table.from_batches([generate_batch(s.options, s.schema(), 0, s.options.rows)], schema=s.schema())
 
 
-sizes = st.tuples(st.integers(0, 3000), st.integers(1, 700), st.integers(20, 300))
+sizes = st.tuples(st.integers(1, 3000), st.integers(1, 700), st.integers(20, 300))
+
+
+def batches(rows: int, split_rows: int, batch_rows: int) -> int:
+    """How many batches the source emits: the kit refuses cuts past the end (a check that cannot fail)."""
+    full, last = divmod(rows, split_rows)
+    return full * -(-split_rows // batch_rows) + -(-last // batch_rows)
 fast = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -37,6 +43,7 @@ def test_parallel_read_equals_whole_source(size: tuple[int, int, int], paralleli
 @fast
 @given(sizes, st.integers(1, 12))
 def test_snapshot_restore_at_any_point(size: tuple[int, int, int], cut: int) -> None:
+    assume(cut <= batches(*size))
     s = source(*size)
     testing.check_snapshot_restore(s, expected(s), stop_after_batches=cut)
 
@@ -44,6 +51,7 @@ def test_snapshot_restore_at_any_point(size: tuple[int, int, int], cut: int) -> 
 @fast
 @given(sizes, st.integers(1, 12))
 def test_add_back_after_reader_failure(size: tuple[int, int, int], cut: int) -> None:
+    assume(cut <= batches(*size))
     s = source(*size)
     testing.check_add_back(s, expected(s), fail_after_batches=cut)
 
@@ -57,6 +65,7 @@ def test_serializers_round_trip(size: tuple[int, int, int]) -> None:
 @settings(max_examples=10, deadline=None)
 @given(st.integers(1, 2000), st.integers(100, 400))
 def test_wake_up_resumes(rows: int, batch_rows: int) -> None:
+    assume(rows > batch_rows)
     testing.check_wake_up_resume(source(rows, rows, batch_rows, fetch_delay_ms="5"))
 
 
@@ -73,6 +82,22 @@ def test_nulls_appear_at_about_the_configured_fraction() -> None:
     assert table.column("id").null_count == 0 and table.column("i").null_count == 0
     share = table.column("s").null_count / table.num_rows
     assert 0.22 < share < 0.28
+
+
+def test_the_kit_refuses_checks_that_cannot_fail() -> None:
+    import pytest
+
+    empty = source(0, 10, 10)
+    with pytest.raises(AssertionError, match="too trivial to test: the source has no rows"):
+        testing.check_parallel_read(empty, expected(empty))
+    with pytest.raises(AssertionError, match="too trivial to test: the source ended before 5 batch"):
+        testing.check_snapshot_restore(source(100, 50, 50), stop_after_batches=5)
+    with pytest.raises(AssertionError, match="too trivial to test: the source has fewer than 9 batch"):
+        testing.check_add_back(source(100, 50, 50), fail_after_batches=9)
+    with pytest.raises(AssertionError, match="too trivial to test: split generator-0 was read in one fetch"):
+        testing.check_wake_up_resume(source(100, 100, 100))
+    with pytest.raises(AssertionError, match="too trivial to test: the enumerator generated no split"):
+        testing.check_serializers(empty)
 
 
 def test_values_are_deterministic_across_split_layouts() -> None:
