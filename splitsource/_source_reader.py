@@ -12,10 +12,10 @@ from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
-from splitsource._api import Source, Split, SplitReader, SplitState
+from splitsource._api import RecordEmitter, Source, Split, SplitReader, SplitState
 from splitsource._errors import ProtocolError, SplitReadError, SplitSourceError
 
-__all__ = ["ReaderMetrics", "RetryPolicy", "SourceReader"]
+__all__ = ["ReaderMetrics", "RetryPolicy", "SourceReader", "call_with_retry"]
 
 log = logging.getLogger("splitsource.reader")
 
@@ -43,6 +43,29 @@ class RetryPolicy:
 
     def gives_up(self, attempt: int, waited: float) -> bool:
         return attempt >= self.max_attempts and waited >= self.max_wait
+
+
+T = TypeVar("T")
+
+
+def call_with_retry(source: Source[Any, Any, Any, Any], call: Callable[[], T], retry: RetryPolicy, what: str) -> T:
+    """``call()`` (something that connects: a schema, an emitter), retried as :class:`RetryPolicy` says while
+    ``source.is_transient`` calls its error transient: a task that starts while a node restarts waits for it."""
+    attempt, first = 0, time.monotonic()
+    while True:
+        try:
+            return call()
+        except Exception as error:
+            attempt += 1
+            waited = time.monotonic() - first
+            if not source.is_transient(error):
+                raise
+            if retry.gives_up(attempt, waited):
+                raise SplitReadError(f"{what} failed after {attempt} attempts over {waited:.1f}s: {error}") from error
+            wait = retry.backoff(attempt)
+            log.warning("%s: transient error (attempt %d, %.0fs so far), retrying in %.1fs: %s", what, attempt,
+                        waited, wait, error)
+            time.sleep(wait)
 
 
 @dataclass
@@ -96,7 +119,7 @@ class SourceReader(Generic[SplitT, RawT]):
         self._name = name
         self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=queue_capacity)
         self._inbox: queue.Queue[SplitT | None] = queue.Queue()  # consumer -> fetcher: the next split, or None
-        self._emitter = source.create_record_emitter()
+        self._emitter: RecordEmitter[RawT, SplitT] | None = None  # made by read(): it may connect
         self._states: dict[str, SplitState[SplitT]] = {}
         self._split_reader: SplitReader[SplitT, RawT] | None = None
         self._fetcher: threading.Thread | None = None
@@ -195,6 +218,8 @@ class SourceReader(Generic[SplitT, RawT]):
         if self._started:
             raise ProtocolError(f"{self._name}: read() called twice")
         self._started = True
+        emitter = self._emitter = call_with_retry(self._source, self._source.create_record_emitter, self._retry,
+                                                  f"{self._name}: creating the record emitter")
         self._start_fetcher([])
         failures, failing_since = 0, 0.0
         try:
@@ -205,7 +230,7 @@ class SourceReader(Generic[SplitT, RawT]):
                     state = self._states.get(item[1])
                     if state is None:
                         raise ProtocolError(f"{self._name}: batch for split '{item[1]}' that is not assigned")
-                    out = self._emitter.emit(item[2], state)
+                    out = emitter.emit(item[2], state)
                     failures = 0
                     if out is not None and out.num_rows:
                         self.metrics.rows += out.num_rows

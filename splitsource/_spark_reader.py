@@ -42,7 +42,7 @@ from splitsource._api import Source, Split, _FixedContext
 from splitsource._errors import ExecutorEnvironmentError, OptionsError
 from splitsource._options import option, parse_options
 from splitsource._registry import resolve_connector
-from splitsource._source_reader import RetryPolicy, SourceReader
+from splitsource._source_reader import RetryPolicy, SourceReader, call_with_retry
 from splitsource._version import __version__
 
 __all__ = [
@@ -232,7 +232,8 @@ def read_splits(options: Mapping[str, str], next_split: Callable[[], Split | Non
     batches in ``expected`` (None: the Spark-conformed form of the source's schema)."""
     framework, source = build_source(options)
     if expected is None:
-        expected = spark_arrow_schema(source.schema())[1]
+        expected = spark_arrow_schema(call_with_retry(source, source.schema, framework.retry,
+                                                      f"{name}: reading the schema"))[1]
     reader = SourceReader(
         source,
         next_split,

@@ -107,13 +107,20 @@ class DownForSource(GeneratorSource):
     """A generator whose split readers cannot be created (as when a node is down) until ``down_until``; its
     connection errors are transient, as Cassandra's are."""
 
-    def __init__(self, options: dict[str, str], down_after_fetches: int, down_for_s: float) -> None:
+    def __init__(self, options: dict[str, str], down_after_fetches: int, down_for_s: float,
+                 down_at_start: bool = False) -> None:
         super().__init__(options)
         self.fetches = 0
         self.down_after_fetches = down_after_fetches
         self.down_for_s = down_for_s
-        self.down_until: float | None = None
+        self.down_until: float | None = time.monotonic() + down_for_s if down_at_start else None
         self.refused = 0
+
+    def create_record_emitter(self) -> Any:  # as Cassandra's, it reads the table's metadata: it connects
+        if self.down_until is not None and time.monotonic() < self.down_until:
+            self.refused += 1
+            raise ConnectionRefusedError("cannot reach node 127.0.0.9:9042 (fake: restarting)")
+        return super().create_record_emitter()
 
     def create_split_reader(self) -> Any:
         if self.down_until is not None and time.monotonic() < self.down_until:

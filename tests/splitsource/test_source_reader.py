@@ -140,3 +140,14 @@ def test_a_node_that_stays_down_fails_after_the_wait_naming_splits_node_and_time
                                              r"cannot reach node 127\.0\.0\.9:9042"):
         list(reader.read())
     assert source.refused >= 2
+
+
+def test_a_reader_started_while_the_node_is_down_waits_for_it() -> None:
+    """A Spark task that starts during the restart: making the emitter (which reads the table's metadata)
+    connects, and is retried like a fetch."""
+    source = DownForSource({"rows": "2000", "split_rows": "1000", "batch_rows": "100"}, down_after_fetches=-1,
+                           down_for_s=0.5, down_at_start=True)
+    policy = RetryPolicy(max_attempts=2, initial_backoff=0.01, max_backoff=0.05, max_wait=30)
+    reader = SourceReader(source, supplier(source), retry=policy)
+    assert [i for b in reader.read() for i in b.column("id").to_pylist()] == expected_ids(2000)
+    assert source.refused > policy.max_attempts
