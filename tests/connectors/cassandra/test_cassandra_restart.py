@@ -101,12 +101,15 @@ def wait_for(predicate: Any, what: str, timeout: float, alive: Any = None) -> No
 
 
 def crash_mid_split(node: Node, gate: Path, alive: Any) -> None:
-    """Gate reached (a split half read) → SIGKILL → release → a reader failed on the dead node → restart."""
+    """Gate reached (a split half read) → SIGKILL → release → a reader failed on the dead node → restart (also
+    when the test fails half way, so the next test finds the node up)."""
     wait_for(lambda: any(gate.glob("reached-*")), "reader at the gate", 240, alive)
     node.kill()
-    (gate / "release").touch()
-    wait_for(lambda: any(gate.glob("failed-*")), "reader failure on the dead node", 120, alive)
-    node.restart()
+    try:
+        (gate / "release").touch()
+        wait_for(lambda: any(gate.glob("failed-*")), "reader failure on the dead node", 120, alive)
+    finally:
+        node.restart()
 
 
 def ids_of(node: Node) -> set[int]:
@@ -125,13 +128,18 @@ def test_copy_waits_for_a_restarted_node_and_finishes_exact_in_the_same_run(node
     out = tmp_path / "out"
     args = ["copy", "--engine", engine, "--connector", CONNECTOR,
             *[a for k, v in options(gate).items() for a in ("-o", f"{k}={v}")], "--output", str(out), "--quiet"]
-    proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        crash_mid_split(node, gate, alive=lambda: proc.poll() is None)
-        stdout, stderr = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    log = tmp_path / "copy.err"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            crash_mid_split(node, gate, alive=lambda: proc.poll() is None)
+            stdout, _ = proc.communicate(timeout=400)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the copy said: {log.read_text()[-3000:]}") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    stderr = log.read_text()
     assert proc.returncode == 0, stderr[-3000:]
     assert f"copy finished: {ROWS:,} rows" in stdout, stdout
     check = run(["verify", "--connector", "cassandra", "-o", f"hosts={HOST}", "-o", f"keyspace={KS}",
