@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from collections.abc import Mapping
@@ -22,9 +23,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import pyarrow.fs as pafs
+
 from splitsource._api import _FixedContext
-from splitsource._errors import CheckpointError, OptionsError, SplitSourceError
+from splitsource._claim import check_paths, claim, start_over, undo_unstarted
+from splitsource._errors import OptionsError, SplitSourceError
 from splitsource._offsets import source_fingerprint
+from splitsource._ownership import META_DIR, CopyLock
 from splitsource._spark_reader import build_source
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._formats import resolve_filesystem, write_atomically
@@ -32,7 +37,6 @@ from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
 __all__ = ["CopyError", "CopySummary", "Progress", "copy", "root_cause"]
 
-IDENTITY_FILE = "splitsource-copy.json"
 SINK_DESCRIPTION = "copy.json"  # in <output>/_bucketing: how verify reads the output back
 
 
@@ -86,14 +90,18 @@ class Progress:
         self._interval = interval
         self._last = 0.0
         self._started = time.monotonic()
+        self._first_splits: int | None = None  # splits done before this run (a resumed copy)
 
     def update(self, splits: int, total: int, rows: int, final: bool = False) -> None:
         now = time.monotonic()
         elapsed = max(now - self._started, 1e-6)
         rate = rows / elapsed
+        if self._first_splits is None:
+            self._first_splits = splits
+        done_now = splits - self._first_splits  # the ETA comes from this run's pace only
         eta = ""
-        if 0 < splits < total:
-            eta = f"ETA {_clock(elapsed * (total - splits) / splits)}"
+        if done_now > 0 and splits < total:
+            eta = f"ETA {_clock(elapsed * (total - splits) / done_now)}"
         shown_total = str(total) if total > 0 else "?"
         text = f"{splits}/{shown_total} splits  {rows:,} rows  {rate:,.0f} rows/s  {eta}".rstrip()
         if self._tty:
@@ -130,9 +138,16 @@ def root_cause(exc: BaseException) -> str:
         for stripped in reversed(lines):
             match = _EXCEPTION_LINE.match(stripped)
             if match:
-                return f"{match.group(1)}: {match.group(2)}"[:500]
+                return _clip(f"{match.group(1)}: {match.group(2)}")
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return first[:500]
+    return _clip(first)
+
+
+def _clip(text: str, limit: int = 1000) -> str:
+    """One line of at most ``limit`` characters, cut between words (the whole text is in the error log)."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def default_checkpoint(output: str) -> str:
@@ -140,32 +155,21 @@ def default_checkpoint(output: str) -> str:
     return output.rstrip("/") + ".checkpoint"
 
 
-def _check_identity(checkpoint: str, identity: dict[str, Any]) -> bool:
-    """Record what this checkpoint copies, or refuse a checkpoint of another copy. True if it existed."""
-    fs, base = resolve_filesystem(checkpoint)
-    path = f"{base}/{IDENTITY_FILE}"
-    info = fs.get_file_info(path)
-    if info.size is None:
-        spark_state = fs.get_file_info(f"{base}/offsets")
-        if spark_state.size is not None or spark_state.type.name == "Directory":
-            raise CheckpointError(f"checkpoint {checkpoint} was not written by splitsource copy (no {IDENTITY_FILE});"
-                                  " use another --checkpoint")
-        fs.create_dir(base, recursive=True)
-        write_atomically(fs, path, json.dumps(identity, indent=2, sort_keys=True).encode())
-        return False
-    try:
-        with fs.open_input_stream(path) as stream:
-            found = json.loads(bytes(stream.read()).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        raise CheckpointError(f"checkpoint {checkpoint} is corrupt ({IDENTITY_FILE} is not readable JSON); move it "
-                              "aside to start the copy again from the beginning") from None
-    if found != identity:
-        differ = sorted(k for k in set(found) | set(identity) if found.get(k) != identity.get(k))
-        raise CheckpointError(
-            f"checkpoint {checkpoint} belongs to another copy (it differs in: {', '.join(differ)}; it copies "
-            f"{found.get('identity')} to {found.get('output')}); use another --checkpoint, or re-run that copy"
-        )
-    return True
+def _exists(path: str) -> bool:
+    fs, base = resolve_filesystem(path)
+    return bool(fs.get_file_info(base).type != pafs.FileType.NotFound)
+
+
+def _remove_if_empty(paths: list[str]) -> None:
+    """Directories this run made, if the failed run left them empty (an empty ``_bucketing`` counts as empty)."""
+    for path in paths:
+        fs, base = resolve_filesystem(path)
+        try:
+            entries = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        except OSError:
+            continue
+        if all(e.type == pafs.FileType.Directory for e in entries):
+            fs.delete_dir(base)
 
 
 def _spark_session(master: str) -> Any:
@@ -175,6 +179,17 @@ def _spark_session(master: str) -> Any:
     from pyspark.sql import SparkSession
 
     quiet = Path(__file__).with_name("resources") / "log4j2-quiet.properties"
+    # the driver JVM is started by spark-submit before any SparkConf applies: its own options go on its command
+    # line, or Spark prints its default logging banner (left alone when the user set PYSPARK_SUBMIT_ARGS)
+    java_options = f"-Dlog4j2.configurationFile=file:{quiet} -XX:TieredStopAtLevel=1"
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options {shlex.quote(java_options)} pyspark-shell")
+    try:
+        return _start_session(SparkSession, master, quiet)
+    except Exception as exc:  # a bad master URL, no Java: one line, not the gateway's stack
+        raise OptionsError(f"--master {master}: Spark cannot start: {root_cause(exc)}") from None
+
+
+def _start_session(SparkSession: Any, master: str, quiet: Path) -> Any:  # noqa: N803 - the class, passed in
     spark = (SparkSession.builder.master(master).appName("splitsource copy")
              .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
              # C1 only: a copy's JVM schedules and commits, it runs no heavy code; measured 2 s less start-up
@@ -186,6 +201,7 @@ def _spark_session(master: str) -> Any:
 
 
 ENGINES = ("spark", "local")
+_MASTER = re.compile(r"local(\[[0-9*]+(,[0-9]+)?\])?|local-cluster\[[0-9, ]+\]|(spark|k8s)://\S+|yarn")
 
 
 def copy(
@@ -203,14 +219,20 @@ def copy(
     spark: Any = None,
     engine: str = "spark",
     workers: int = 0,
+    overwrite: bool = False,
 ) -> CopySummary:
     """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
 
     ``engine``: ``spark`` (a Spark streaming query on ``master``) or ``local`` (``workers`` processes on this
     machine, default one per core, no JVM); both commit the same way, a checkpoint belongs to one engine.
 
-    Raises :class:`OptionsError` for bad options, :class:`CheckpointError` for a foreign or corrupt checkpoint
-    and :class:`CopyError` when the job fails; none of them touches committed output.
+    An output has one owner (see ``splitsource._ownership``): a copy holds a lock on its output and checkpoint
+    while it runs, and refuses an output another copy owns. ``overwrite`` deletes what the output holds and the
+    checkpoint's progress first, and starts afresh.
+
+    Raises :class:`OptionsError` for bad options, :class:`CheckpointError` for a foreign or corrupt checkpoint,
+    an output owned by another copy or a running copy, and :class:`CopyError` when the job fails; none of them
+    touches committed output.
     """
     started = time.monotonic()
     if engine not in ENGINES:
@@ -219,6 +241,9 @@ def copy(
         raise OptionsError("option 'engine': 'local' runs without Spark; do not pass a Spark session")
     if workers < 0:
         raise OptionsError(f"option 'workers': {workers} is negative")
+    if engine == "spark" and spark is None and not _MASTER.fullmatch(master):
+        raise OptionsError(f"--master {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
+                           "k8s://HOST:PORT or yarn")
     output = output if "://" in output else os.path.abspath(output)
     checkpoint = checkpoint or default_checkpoint(output)
     checkpoint = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
@@ -229,6 +254,7 @@ def copy(
     sink_raw = {"format": format, "bucketer": bucketer, **{k.lower(): str(v) for k, v in (sink_options or {}).items()},
                 "path": output}
     sink = parse_sink_options(sink_raw)
+    check_paths(output, checkpoint)
     _, source = build_source(read_options)
     source.schema()  # connects now: a missing table or an unreachable host fails here, in one line
     identity = {"version": 1, "connector": connector, "identity": source.identity(),
@@ -236,15 +262,32 @@ def copy(
                 "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
     if engine != "spark":
         identity["engine"] = engine  # the engines' checkpoints differ: one engine's is refused by the other
-    resumed = _check_identity(checkpoint, identity)
-    _describe_output(sink)
+    made = [p for p in (output, checkpoint) if not _exists(p)]
     committer = _committer(sink)
-    rows_before = _committed_rows(committer)
-    if engine == "local":
-        splits, total, batches = _copy_locally(read_options, sink_raw, committer, checkpoint, workers, progress)
-    else:
-        splits, total, batches = _copy_with_spark(source, read_options, sink_raw, committer, checkpoint, master,
-                                                  progress, spark, rows_before)
+    failed = True
+    try:
+        with CopyLock([(f"output {output}", f"{output}/{META_DIR}"), (f"checkpoint {checkpoint}", checkpoint)],
+                      command=f"splitsource copy --engine {engine}"):
+            if overwrite:
+                start_over(output, checkpoint, committer)
+            claimed = claim(output, checkpoint, identity, committer)
+            resumed = claimed.resumed
+            try:
+                _describe_output(sink)
+                rows_before = _committed_rows(committer)
+                if engine == "local":
+                    splits, total, batches = _copy_locally(read_options, sink_raw, committer, checkpoint, workers,
+                                                           progress, claimed.token)
+                else:
+                    splits, total, batches = _copy_with_spark(source, read_options, sink_raw, committer, checkpoint,
+                                                              master, progress, spark, rows_before)
+            except BaseException:
+                undo_unstarted(output, checkpoint, claimed, committer)
+                raise
+        failed = False
+    finally:
+        if failed:
+            _remove_if_empty(made)
 
     fs, _ = resolve_filesystem(output)
     total_rows = _committed_rows(committer)
@@ -261,12 +304,12 @@ def copy(
 
 
 def _copy_locally(read_options: Mapping[str, str], sink_raw: Mapping[str, str], committer: BucketingGlobalCommitter,
-                  checkpoint: str, workers: int, progress: Progress | None) -> tuple[int, int, int]:
+                  checkpoint: str, workers: int, progress: Progress | None, token: str) -> tuple[int, int, int]:
     from splitsource._local_copy import LocalCopyFailed, run_local
 
     try:
         run = run_local(read_options, sink_raw, committer, checkpoint, workers or os.cpu_count() or 1,
-                        progress.update if progress is not None else None)
+                        progress.update if progress is not None else None, query_id=token)
     except LocalCopyFailed as exc:
         raise CopyError(_failure(str(exc), exc.detail or str(exc), checkpoint)) from None
     return run.taken, run.total, run.batches

@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -31,7 +30,15 @@ from typing import IO, Any
 
 from serializers import read_envelope, write_envelope
 from splitsource._errors import CheckpointError, SplitSourceError
-from splitsource._offsets import check_offset, initial_offset, next_offset, offset_splits, source_fingerprint
+from splitsource._offsets import (
+    START_OVER,
+    check_offset,
+    initial_offset,
+    next_offset,
+    offset_splits,
+    source_fingerprint,
+    validated,
+)
 from splitsource._spark_reader import SplitsPartition, build_source
 from splitsource._version import __version__
 from splitsource.sink._committer import BucketingGlobalCommitter
@@ -143,14 +150,6 @@ class _Workers:
                 proc.stdout.close()
 
 
-def _query_id(fs: Any, root: str) -> str:
-    """This checkpoint's query id (made at its first run): the sink deduplicates batches per query id."""
-    path = f"{root}/query-id"
-    if fs.get_file_info(path).size is None:
-        write_atomically(fs, path, f"local-{uuid.uuid4().hex}".encode())
-    return read_text(fs, path).strip()
-
-
 def _offset_path(root: str, batch: int) -> str:
     return f"{root}/offsets/{batch}"
 
@@ -160,10 +159,10 @@ def _read_offset(fs: Any, root: str, batch: int) -> dict[str, Any] | None:
     if fs.get_file_info(path).size is None:
         return None
     try:
-        return dict(json.loads(read_text(fs, path)))
+        parsed = json.loads(read_text(fs, path))
     except (ValueError, UnicodeDecodeError, TypeError):
-        raise CheckpointError(f"the checkpoint's offset {path} is corrupt; move the checkpoint aside to start the "
-                              "copy again from the beginning") from None
+        raise CheckpointError(f"the checkpoint's offset {path} is corrupt; {START_OVER}") from None
+    return validated(parsed)
 
 
 def _write_offset(fs: Any, root: str, batch: int, offset: Mapping[str, Any]) -> None:
@@ -179,15 +178,18 @@ def _prune_offsets(fs: Any, root: str, keep_from: int) -> None:
 
 
 def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], committer: BucketingGlobalCommitter,
-              checkpoint: str, workers: int, progress: ProgressFn | None = None) -> LocalRun:
-    """Copy every split not committed yet (see the module docstring); returns what this run did."""
+              checkpoint: str, workers: int, progress: ProgressFn | None = None, *, query_id: str) -> LocalRun:
+    """Copy every split not committed yet (see the module docstring); returns what this run did.
+
+    ``query_id`` names this copy's batches in the output's commit log: the copy's ownership token, kept in both
+    the checkpoint and the output, so a checkpoint that lost or changed a file cannot start a second copy."""
     framework, source = build_source(read_options)
     fingerprint = source_fingerprint(source)
     serializer = source.split_serializer()
     fs, base = resolve_filesystem(checkpoint)
     root = f"{base}/{LOCAL_DIR}"
     fs.create_dir(f"{root}/offsets", recursive=True)
-    query_id = _query_id(fs, root)
+    query_id = f"local-{query_id}"
     committer.recover()
     last_committed = committer.last_stream_batch(query_id)
     last = -1 if last_committed is None else last_committed

@@ -27,6 +27,9 @@ __all__ = ["OFFSET_VERSION", "check_offset", "initial_offset", "next_offset", "o
 OFFSET_VERSION = 1
 
 
+START_OVER = "to start over, run the same copy with --overwrite (it deletes what the output holds)"
+
+
 def source_fingerprint(source: Source[Any, Any, Any, Any]) -> str:
     """A short digest of what the source reads (its identity, secrets excluded)."""
     identity = json.dumps(source.identity(), sort_keys=True, default=str)
@@ -68,7 +71,12 @@ def next_offset(source: Source[Any, Any, Any, Any], fingerprint: str, start: Map
     ``max_splits`` splits or ``max_bytes`` of estimated size (0: no such limit; at least one split).
     None when the enumerator has no split left: the bounded source is done."""
     check_offset(start, fingerprint)
-    state = enumerator_state_from_bytes(source, base64.b64decode(start["state"]))
+    try:
+        state = enumerator_state_from_bytes(source, base64.b64decode(start["state"], validate=True))
+        taken = int(start["taken"])
+    except (SerializationError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"the checkpoint's offset cannot be read ({exc}); it is corrupt or was written by an "
+                              f"incompatible release; {START_OVER}") from None
     enumerator = source.restore_enumerator(_FixedContext(parallelism), state)
     enumerator.start()
     batch: list[Split] = []
@@ -89,7 +97,7 @@ def next_offset(source: Source[Any, Any, Any, Any], fingerprint: str, start: Map
         new_state = enumerator_state_to_bytes(source, enumerator.snapshot_state())
     finally:
         enumerator.close()
-    return _offset(source, fingerprint, new_state, batch, taken=int(start["taken"]) + len(batch),
+    return _offset(source, fingerprint, new_state, batch, taken=taken + len(batch),
                    total=start.get("total"))
 
 
@@ -100,7 +108,22 @@ def offset_splits(source: Source[Any, Any, Any, Any], offset: Mapping[str, Any])
         return [read_envelope(serializer, base64.b64decode(s)) for s in offset["batch"]]
     except (SerializationError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"the checkpoint's offset cannot be read ({exc}); it is corrupt or was written "
-                              "by an incompatible release") from None
+                              f"by an incompatible release; {START_OVER}") from None
+
+
+def validated(offset: Any) -> dict[str, Any]:
+    """``offset`` (parsed JSON) if its fields have the types splitsource writes; else a one-line CheckpointError."""
+    try:
+        if not isinstance(offset, Mapping):
+            raise TypeError("not an object")
+        int(offset["taken"])
+        if offset.get("total") is not None:
+            int(offset["total"])
+        base64.b64decode(offset["state"], validate=True)
+        return dict(offset)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"the checkpoint's offset cannot be read ({type(exc).__name__}: {exc}); it is corrupt "
+                              f"or was written by an incompatible release; {START_OVER}") from None
 
 
 def check_offset(offset: Any, fingerprint: str) -> None:
