@@ -326,8 +326,11 @@ def read_layout(output: str) -> dict[str, Any]:
     try:
         with fs.open_input_stream(path) as stream:
             return dict(json.loads(bytes(stream.read()).decode("utf-8")))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise SinkError(f"{output} has no {META_DIR}/copy.json: it was not written by splitsource copy") from None
+    except OSError as exc:
+        raise SinkError(f"{output} has no readable {META_DIR}/copy.json ({exc}): it was not written by "
+                        "splitsource copy") from None
     except (ValueError, UnicodeDecodeError):
         raise SinkError(f"{path} is corrupt") from None
 

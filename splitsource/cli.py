@@ -1,20 +1,49 @@
 """The ``splitsource`` command: ``copy`` a bounded source into files exactly once, and ``verify`` the copy.
 
 Exit codes: 0 success (verify: the output matches), 1 the job failed (verify: mismatch), 2 invalid arguments or
-options, 130 interrupted. Errors are one line on stderr, never a stack trace.
+options, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Errors are one line on stderr, never a stack trace.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
-from splitsource._errors import CheckpointError, OptionsError, SplitSourceError
+from splitsource._errors import OptionsError, SplitSourceError
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so the copy stops its query, workers and locks as on Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+class _OwnRecords(logging.Filter):
+    """Only splitsource's own log records reach the terminal: py4j logs a stack trace on the root logger for
+    every call a Ctrl-C interrupts, and the Cassandra driver warns about its own configuration."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name.startswith("splitsource")
+
+
+def _quiet_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("splitsource: %(message)s"))
+    handler.addFilter(_OwnRecords())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
 
 EXAMPLES = """examples:
   splitsource copy --connector cassandra -o hosts=127.0.0.1 -o keyspace=shop -o table=orders \\
@@ -41,7 +70,7 @@ def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="splitsource", description=__doc__.split("\n\n")[0], epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def source_args(p: argparse.ArgumentParser) -> None:
@@ -51,7 +80,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--output", required=True, help="base directory of the output (local path or URI)")
 
     copy = sub.add_parser("copy", help="copy a whole source into files, exactly once (resumable)",
-                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     source_args(copy)
     copy.add_argument("--format", default="parquet", help="parquet (default), jsonl or csv")
     copy.add_argument("--bucketer", default="none", help="none (default), datetime or columns")
@@ -67,8 +96,11 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--max-splits-per-batch", type=int, default=0,
                       help="splits per committed batch (default: by estimated size, 256 MiB)")
     copy.add_argument("--quiet", action="store_true", help="no progress, only the summary")
+    copy.add_argument("--overwrite", action="store_true",
+                      help="start over: delete every file of the output and the checkpoint's progress first")
 
-    verify = sub.add_parser("verify", help="compare the committed output with the source (count and checksum)")
+    verify = sub.add_parser("verify", help="compare the committed output with the source (count and checksum)",
+                            allow_abbrev=False)
     source_args(verify)
     return parser
 
@@ -85,6 +117,7 @@ def _copy(args: argparse.Namespace) -> int:
         sink_options=_pairs(args.sink_option, "--sink-option"), checkpoint=args.checkpoint,
         master=args.master or "local[2]", max_splits_per_batch=args.max_splits_per_batch,
         progress=None if args.quiet else Progress(), engine=args.engine, workers=args.workers,
+        overwrite=args.overwrite,
     )
     print(summary.text())
     return EXIT_OK
@@ -102,20 +135,33 @@ def _verify(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _quiet_logging()
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _copy(args) if args.command == "copy" else _verify(args)
     except OptionsError as exc:
         print(f"splitsource {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except CheckpointError as exc:
+    except SplitSourceError as exc:  # CheckpointError, CopyError, SinkError, SplitReadError, ...
         print(f"splitsource {args.command}: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except SplitSourceError as exc:
-        print(f"splitsource {args.command}: {exc}", file=sys.stderr)
+    except OSError as exc:  # a file system refused: permission, no space, a path that is a file
+        print(f"splitsource {args.command}: {exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}",
+              file=sys.stderr)
         return EXIT_FAILED
+    except Terminated:
+        print(f"splitsource {args.command}: terminated (SIGTERM); run the same command again to resume",
+              file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print(f"splitsource {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug or an error nothing above names: still one line (SPLITSOURCE_DEBUG=1: the stack)
+        if os.environ.get("SPLITSOURCE_DEBUG"):
+            raise
+        print(f"splitsource {args.command}: unexpected {type(exc).__name__}: {exc} (SPLITSOURCE_DEBUG=1 shows where)",
+              file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ fetch_size          5000          rows per page (one page per fetch)
 split_size_mb       64            target split size, from size estimates; minimum 1
 splits              0             a number of splits instead of a size (shared by estimated size)
 username            ""            for PasswordAuthenticator
-password            ""            never printed
+password            ""            never printed; better: password_file or SPLITSOURCE_CASSANDRA_PASSWORD
+password_file       ""            a file whose first line is the password (not on the command line)
 ssl                 false         use TLS; ssl_ca_file to verify the server
 ssl_ca_file         ""            CA certificate (PEM) for TLS
 connect_timeout_s   10            connecting and the control connection
@@ -32,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -65,6 +67,7 @@ __all__ = ["CassandraOptions", "CassandraPosition", "CassandraSource", "Cassandr
 log = logging.getLogger("splitsource.cassandra")
 _CONSISTENCY = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE")
 MIN_SPLIT_SIZE_MB = 1.0
+PASSWORD_ENV = "SPLITSOURCE_CASSANDRA_PASSWORD"
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,26 @@ class CassandraOptions:
     split_size_mb: float = option(64.0, doc="target split size in MiB", minimum=MIN_SPLIT_SIZE_MB)
     splits: int = option(0, doc="number of splits instead of a size (0: by size)", minimum=0)
     username: str = option("", doc="user name for PasswordAuthenticator")
-    password: Secret = option(Secret(""), doc="password (never printed)")
+    password: Secret = option(Secret(""), doc="password (never printed); visible in ps: prefer password_file")
+    password_file: str = option("", doc="a file whose first line is the password")
     ssl: bool = option(False, doc="use TLS")
     ssl_ca_file: str = option("", doc="CA certificate (PEM) to verify the server")
     connect_timeout_s: float = option(10.0, doc="connect timeout in seconds", minimum=0.1)
     request_timeout_s: float = option(30.0, doc="timeout of one page request in seconds", minimum=0.1)
+
+    def resolved_password(self) -> str:
+        """The password: option ``password``, else the first line of ``password_file``, else the environment
+        variable ``SPLITSOURCE_CASSANDRA_PASSWORD`` (as dsbulk and cqlsh offer), so it need not be on ``ps``."""
+        if self.password.reveal():
+            return self.password.reveal()
+        if self.password_file:
+            try:
+                with open(self.password_file, encoding="utf-8") as f:
+                    return f.readline().rstrip("\r\n")
+            except OSError as exc:
+                raise OptionsError(f"option 'password_file': cannot read {self.password_file}: "
+                                   f"{exc.strerror}") from None
+        return os.environ.get(PASSWORD_ENV, "")
 
     @property
     def host_list(self) -> list[str]:
@@ -100,13 +118,11 @@ def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple
     """A (cluster, session) pair; every failure becomes one clear :class:`CassandraConnectionError`."""
     from cassandra import AuthenticationFailed
     from cassandra.auth import PlainTextAuthProvider
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable
-    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-    from cassandra.query import tuple_factory
+    from cassandra.cluster import Cluster, NoHostAvailable, UnresolvableContactPoints
 
     kwargs: dict[str, Any] = {}
     if options.username:
-        kwargs["auth_provider"] = PlainTextAuthProvider(options.username, options.password.reveal())
+        kwargs["auth_provider"] = PlainTextAuthProvider(options.username, options.resolved_password())
     if options.ssl:
         import ssl
 
@@ -115,22 +131,11 @@ def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         kwargs["ssl_context"] = context
-    cluster = Cluster(
-        options.host_list,
-        port=options.port,
-        execution_profiles={
-            EXEC_PROFILE_DEFAULT: ExecutionProfile(
-                load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.local_dc or None)),
-                request_timeout=options.request_timeout_s,
-                row_factory=tuple_factory,
-            )
-        },
-        connect_timeout=options.connect_timeout_s,
-        control_connection_timeout=options.connect_timeout_s,
-        schema_metadata_enabled=schema_metadata,
-        protocol_version=5,
-        **kwargs,
-    )
+    kwargs["schema_metadata_enabled"] = schema_metadata
+    try:
+        cluster = _cluster(Cluster, options, kwargs)
+    except UnresolvableContactPoints:
+        raise OptionsError(f"option 'hosts': no address found for {options.hosts}") from None
     where = f"{options.hosts}:{options.port}"
     try:
         session = cluster.connect()
@@ -151,6 +156,28 @@ def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple
             f"Cassandra at {where} refused the credentials of user '{options.username}'"
         ) from None
     return cluster, session
+
+
+def _cluster(Cluster: Any, options: CassandraOptions, kwargs: dict[str, Any]) -> Any:  # noqa: N803 - the class
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.query import tuple_factory
+
+    return Cluster(
+        options.host_list,
+        port=options.port,
+        execution_profiles={
+            EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.local_dc or None)),
+                request_timeout=options.request_timeout_s,
+                row_factory=tuple_factory,
+            )
+        },
+        connect_timeout=options.connect_timeout_s,
+        control_connection_timeout=options.connect_timeout_s,
+        protocol_version=5,
+        **kwargs,
+    )
 
 
 def _table_metadata(cluster: Any, options: CassandraOptions) -> Any:
