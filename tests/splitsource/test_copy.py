@@ -41,25 +41,37 @@ def finished(out: Path) -> dict[str, float]:
             if p.is_file() and not any(s.startswith(("_", ".")) for s in p.relative_to(out).parts)}
 
 
-def kill_and_rerun(args: list[str], out: Path, kills: int, seed: int, window: tuple[float, float] = (6.0, 16.0)
-                   ) -> str:
-    """Start the copy, SIGKILL its process group at a random moment in ``window`` seconds, ``kills`` times; then
-    run it to the end. Returns the final run's stdout after checking it read exactly what was not committed
-    before it. The default window spans JVM start-up to mid-batch and mid-commit of the Spark engine."""
+def kill_and_rerun(args: list[str], out: Path, kills: int, seed: int, jitter: float = 1.0,
+                   deadline_s: float = 240.0) -> str:
+    """Start the copy and SIGKILL its process group once it has committed something new, at a random moment up
+    to ``jitter`` seconds later (mid-batch, mid-commit), ``kills`` times; then run it to the end. Every kill is
+    checked to land in a running copy that has made progress, so the test cannot pass without its crashes.
+    Returns the final run's stdout after checking it read exactly what was not committed before it."""
     rng = random.Random(seed)
-    for _ in range(kills):
-        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    for kill in range(kills):
+        committed = committed_rows(out)
+        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True)
-        time.sleep(rng.uniform(*window))
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + deadline_s
+        while committed_rows(out) <= committed:
+            if proc.poll() is not None:
+                raise AssertionError(f"kill {kill + 1}: the copy exited ({proc.returncode}) before committing "
+                                     f"anything new: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+            assert time.monotonic() < deadline, f"kill {kill + 1}: no commit within {deadline_s}s"
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0, jitter))  # a random point of the next batch
+        assert proc.poll() is None, f"kill {kill + 1}: the copy finished before the kill: the test proves nothing"
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
     before = committed_rows(out)
     final = run(args)
     assert final.returncode == 0, final.stderr[-3000:]
     this_run = int(re.search(r"this run: ([\d,]+) rows", final.stdout).group(1).replace(",", ""))  # type: ignore[union-attr]
     total = int(re.search(r"copy finished: ([\d,]+) rows", final.stdout).group(1).replace(",", ""))  # type: ignore[union-attr]
     assert this_run == total - before, "the re-run read committed splits again (or skipped some)"
+    assert 0 < before, "the kills left nothing committed: they did not land mid-copy"
     return final.stdout
 
 

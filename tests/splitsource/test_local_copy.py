@@ -27,7 +27,7 @@ def rows_this_run(stdout: str) -> int:
 def test_local_copy_killed_many_times_ends_exact_and_never_rereads(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = ["copy", *GEN, *LOCAL, "--output", str(out), "--max-splits-per-batch", "2", "--quiet"]
-    stdout = kill_and_rerun(args, out, kills=5, seed=3, window=(0.5, 4.0))
+    stdout = kill_and_rerun(args, out, kills=5, seed=3, jitter=0.5)
     assert "copy finished: 60,000 rows" in stdout
     assert 0 < rows_this_run(stdout) < 60_000, "the kills should have left part of the copy to the last run"
     check = run(["verify", *GEN, "--output", str(out)])
@@ -45,19 +45,20 @@ def test_a_killed_worker_fails_the_copy_and_the_rerun_finishes_exact(tmp_path: P
                             start_new_session=True)
     worker = None
     deadline = time.monotonic() + 60
-    while worker is None and time.monotonic() < deadline:
+    while worker is None or not list(out.rglob("*.in-progress")):  # a worker exists and is writing: mid-batch
+        assert time.monotonic() < deadline and proc.poll() is None, "no worker started writing"
         found = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "splitsource._local_worker"],
                                capture_output=True, text=True).stdout.split()
-        worker = int(found[0]) if found else None
-        time.sleep(0.1)
-    assert worker is not None, "no worker process started"
-    time.sleep(1.5)  # mid-batch
+        worker = int(found[0]) if found else worker
+        time.sleep(0.02)
     os.kill(worker, signal.SIGKILL)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1
     assert "a worker process died (exit code -9)" in stderr.strip().splitlines()[-1], stderr[-2000:]
-    time.sleep(0.5)
-    assert subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "splitsource._local_worker"]).returncode == 1
+    deadline = time.monotonic() + 30
+    while subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "splitsource._local_worker"]).returncode != 1:
+        assert time.monotonic() < deadline, "worker processes outlived the copy"
+        time.sleep(0.05)
     before = committed_rows(out)
     final = run(args)
     assert final.returncode == 0, final.stderr[-2000:]
@@ -120,3 +121,35 @@ def test_workers_request_splits_one_at_a_time_and_write_one_file_each(tmp_path: 
     splits_seen = sorted({s for s, _ in seen})
     assert splits_seen[-1] == 16 and len(splits_seen) >= 12, seen  # progress after (nearly) every split
     assert [r for _, r in seen] == sorted(r for _, r in seen)
+
+
+def test_a_checkpoint_cut_with_other_split_sizes_is_refused(tmp_path: Path) -> None:
+    """Bug: the generator's identity left out its split sizing, so a resume with another split_rows passed the
+    fingerprint check and read the remaining split indices as rows of another size (shifted rows)."""
+    out = tmp_path / "out"
+    first = ["--connector", "generator", "-o", "rows=20000", "-o", "split_rows=1000"]
+    assert run(["copy", *first, *LOCAL, "--output", str(out), "--max-splits-per-batch", "1", "--quiet"]
+               ).returncode == 0
+    other = ["--connector", "generator", "-o", "rows=20000", "-o", "split_rows=3000"]
+    again = run(["copy", *other, *LOCAL, "--output", str(out), "--quiet"])
+    assert again.returncode == 1 and "belongs to another copy" in again.stderr, again.stdout + again.stderr
+    assert "identity" in again.stderr or "source" in again.stderr
+
+
+@pytest.mark.parametrize("field, value", [("state", "bm90IGEgc3RhdGU="), ("state", "!!"), ("taken", "many")])
+def test_a_corrupt_local_offset_is_one_line_with_safe_advice(tmp_path: Path, field: str, value: str) -> None:
+    import json
+
+    out = tmp_path / "out"
+    args = ["copy", "--connector", "generator", "-o", "rows=3000", "-o", "split_rows=1000", *LOCAL,
+            "--output", str(out), "--quiet"]
+    assert run(args).returncode == 0
+    offsets = sorted((tmp_path / "out.checkpoint" / "local" / "offsets").iterdir())
+    offset = json.loads(offsets[-1].read_text())
+    offset[field] = value
+    offsets[-1].write_text(json.dumps(offset))
+    again = run(args)
+    assert again.returncode == 1 and "Traceback" not in again.stderr, again.stderr
+    lines = again.stderr.strip().splitlines()
+    assert len(lines) == 1 and "offset cannot be read" in lines[0], lines
+    assert "to start over, run the same copy with --overwrite" in lines[0]
