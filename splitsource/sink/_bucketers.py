@@ -62,7 +62,7 @@ def encode_segment(text: str) -> str:
 def _checked(segment: str, what: str) -> str:
     if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
         raise SinkError(f"{what}: the bucket directory name would be {len(segment.encode('utf-8'))} bytes, over the "
-                        f"{MAX_SEGMENT_BYTES} a file name can hold (value starts {segment[:40]!r}); bucket by a "
+                        f"{MAX_SEGMENT_BYTES} bytes a file name can hold (value starts {segment[:40]!r}); bucket by a "
                         "shorter column")
     return segment
 

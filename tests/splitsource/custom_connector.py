@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.generator import GeneratorSource
-from splitsource import RecordEmitter, SplitState
+from splitsource import RecordEmitter
 
 
 class SquaresSource(GeneratorSource):
@@ -27,16 +27,7 @@ class OneUlpOffGenerator(GeneratorSource):
     the kind of error a float on the conversion path makes."""
 
     def create_record_emitter(self) -> RecordEmitter[Any, Any]:
-        inner = super().create_record_emitter()
+        from tests.splitsource.fakes import RewritingEmitter
 
-        class OneUlpOff(RecordEmitter[Any, Any]):
-            def emit(self, raw: Any, state: SplitState[Any]) -> pa.RecordBatch | None:
-                batch = inner.emit(raw, state)
-                if batch is None or "score" not in batch.schema.names:
-                    return batch
-                i = batch.schema.get_field_index("score")
-                moved = pa.array([None if v is None else math.nextafter(v, math.inf)
-                                  for v in batch.column(i).to_pylist()], pa.float64())
-                return batch.set_column(i, batch.schema.field(i), moved)
-
-        return OneUlpOff()
+        return RewritingEmitter(super().create_record_emitter(), "score", lambda column: pa.array(
+            [None if v is None else math.nextafter(v, math.inf) for v in column.to_pylist()], pa.float64()))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from connectors.generator import GeneratorSource, GeneratorSplit
 from connectors.generator._source import GeneratorEnumerator
-from splitsource import RecordsBySplits, SplitReader
+from splitsource import RecordEmitter, RecordsBySplits, SplitReader, SplitState
 
 
 class _FlakyReader(SplitReader[GeneratorSplit, Any]):
@@ -144,3 +144,19 @@ class DownForSource(GeneratorSource):
 
     def is_transient(self, error: BaseException) -> bool:
         return isinstance(error, ConnectionError) or super().is_transient(error)
+
+
+class RewritingEmitter(RecordEmitter[Any, Any]):
+    """An emitter that rewrites one column of each batch its ``inner`` emitter makes: a planted conversion bug."""
+
+    def __init__(self, inner: RecordEmitter[Any, Any], column: str, rewrite: Callable[[pa.Array], pa.Array]) -> None:
+        self._inner = inner
+        self._column = column
+        self._rewrite = rewrite
+
+    def emit(self, raw: Any, state: SplitState[Any]) -> pa.RecordBatch | None:
+        batch = self._inner.emit(raw, state)
+        if batch is None or self._column not in batch.schema.names:
+            return batch
+        i = batch.schema.get_field_index(self._column)
+        return batch.set_column(i, batch.schema.field(i), self._rewrite(batch.column(i)))

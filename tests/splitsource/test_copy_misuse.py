@@ -171,16 +171,13 @@ def test_ordinary_mistakes_are_one_line(tmp_path: Path, case: str) -> None:
     assert not out.exists() or case == "verify-not-a-copy"
 
 
-def test_a_bucket_value_longer_than_a_file_name_is_one_line(tmp_path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def test_a_long_worker_error_is_cut_between_words_not_mid_word() -> None:
+    from splitsource._copy import root_cause
 
-    from splitsource import SinkError
-    from splitsource.sink import ColumnBucketer
-
-    with pytest.raises(SinkError, match="bucket column 'k'.*5002 bytes, over the 255"):
-        ColumnBucketer(["k"]).split(pa.record_batch({"id": [1], "k": ["x" * 5000]}), 0.0)
-    del pq  # the sink refuses before any file is opened
+    text = "Traceback (most recent call last):\n  File x\nValueError: " + " ".join(f"word{i}" for i in range(400))
+    line = root_cause(RuntimeError(text))
+    assert line.startswith("ValueError: word0 word1") and line.endswith(" …") and len(line) <= 1002
+    assert line[:-2].split(" ")[-1].startswith("word")  # the last word is whole
 
 
 def test_the_password_comes_from_a_file_or_the_environment_never_the_command_line(tmp_path: Path,

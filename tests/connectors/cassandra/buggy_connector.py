@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.cassandra import CassandraSource
-from splitsource import RecordEmitter, SplitState
+from splitsource import RecordEmitter
 
 
 class UdtFieldDroppingSource(CassandraSource):
@@ -17,18 +17,11 @@ class UdtFieldDroppingSource(CassandraSource):
     name = "cassandra"
 
     def create_record_emitter(self) -> RecordEmitter[Any, Any]:
-        inner = super().create_record_emitter()
+        from tests.splitsource.fakes import RewritingEmitter
 
-        class Dropping(RecordEmitter[Any, Any]):
-            def emit(self, raw: Any, state: SplitState[Any]) -> pa.RecordBatch | None:
-                batch = inner.emit(raw, state)
-                if batch is None or "ud" not in batch.schema.names:
-                    return batch
-                i = batch.schema.get_field_index("ud")
-                column = batch.column(i)
-                children = [pa.nulls(len(column), f.type) if f.name == "class" else column.field(j)
-                            for j, f in enumerate(column.type)]
-                dropped = pa.StructArray.from_arrays(children, fields=list(column.type), mask=column.is_null())
-                return batch.set_column(i, batch.schema.field(i), dropped)
+        def drop_class(column: pa.Array) -> pa.Array:
+            children = [pa.nulls(len(column), f.type) if f.name == "class" else column.field(j)
+                        for j, f in enumerate(column.type)]
+            return pa.StructArray.from_arrays(children, fields=list(column.type), mask=column.is_null())
 
-        return Dropping()
+        return RewritingEmitter(super().create_record_emitter(), "ud", drop_class)

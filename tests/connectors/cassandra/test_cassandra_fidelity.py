@@ -345,3 +345,23 @@ def test_a_value_arrow_cannot_hold_fails_the_copy_naming_column_and_value(node: 
     ours = [line for line in result.stderr.splitlines() if line.startswith("splitsource")]
     assert len(ours) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "column 'at' (timestamp)" in ours[0] and "-9223372036854775807 ms" in ours[0], ours[0]
+
+
+def test_a_bucket_value_too_long_for_a_file_name_fails_the_copy_in_one_line(node: Any, tmp_path: Path) -> None:
+    from tests.splitsource.test_copy import run
+
+    cluster, session = node.session()
+    try:
+        session.execute(f"CREATE TABLE IF NOT EXISTS {KS}.long_keys (id int PRIMARY KEY, k text)")
+        session.execute(f"INSERT INTO {KS}.long_keys (id, k) VALUES (1, '{'x' * 5000}')")
+    finally:
+        cluster.shutdown()
+    out = tmp_path / "out"
+    result = run(["copy", "--engine", "local", "--connector", "cassandra", "-o", f"hosts={node.hosts}",
+                  "-o", f"port={node.port}", "-o", f"keyspace={KS}", "-o", "table=long_keys", "-o", "splits=2",
+                  "--output", str(out),
+                  "--bucketer", "columns", "--sink-option", "bucket_columns=k", "--quiet"])
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "bucket column 'k'" in lines[0] and "over the 255 bytes a file name can hold" in lines[0], lines[0]

@@ -50,7 +50,7 @@ def test_null_and_empty_are_the_hive_default_partition_and_the_literal_is_escape
 
 def test_a_segment_longer_than_a_file_name_is_refused_naming_the_column() -> None:
     batch = pa.record_batch({"id": [1], "k": ["x" * 300]})
-    with pytest.raises(SinkError, match="bucket column 'k'.*over the 255"):
+    with pytest.raises(SinkError, match="bucket column 'k'.*over the 255 bytes"):
         ColumnBucketer(["k"]).split(batch, 0.0)
 
 
