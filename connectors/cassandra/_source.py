@@ -141,11 +141,14 @@ def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple
         session = cluster.connect()
     except NoHostAvailable as exc:
         cluster.shutdown()
-        if any(isinstance(e, AuthenticationFailed) for e in exc.errors.values()):
+        # errors is {host: exception}, or only a list of hosts when the driver never got as far as a connection
+        errors = exc.errors if isinstance(exc.errors, dict) else {str(h): None for h in exc.errors or ()}
+        if any(isinstance(e, AuthenticationFailed) for e in errors.values()):
             raise CassandraConnectionError(
                 f"Cassandra at {where} refused the credentials of user '{options.username}'"
             ) from None
-        reasons = "; ".join(f"{h}: {type(e).__name__}" for h, e in list(exc.errors.items())[:3])
+        reasons = "; ".join(f"{h}: {type(e).__name__ if e is not None else 'no connection'}"
+                            for h, e in list(errors.items())[:3])
         raise CassandraConnectionError(
             f"cannot reach Cassandra at {where} within {options.connect_timeout_s:g}s ({reasons}); "
             "check the 'hosts' and 'port' options"
