@@ -54,6 +54,9 @@ def race(args: list[str]) -> list[subprocess.CompletedProcess[str]]:
 
 @pytest.mark.parametrize("engine, trials", [("local", 10), ("spark", 3)])
 def test_two_copies_started_together_never_duplicate_a_row(tmp_path: Path, engine: str, trials: int) -> None:
+    """Ten trials for the local engine; the Spark engine's take 30 s each, so CI runs three (the lock is taken
+    before either engine starts) and SPLITSOURCE_RACE_TRIALS=10 runs ten."""
+    trials = int(os.environ.get("SPLITSOURCE_RACE_TRIALS", trials))
     engine_args = LOCAL if engine == "local" else []
     for trial in range(trials):
         out = tmp_path / f"out{trial}"

@@ -77,7 +77,9 @@ def test_size_estimates_from_the_server_drive_the_plan(loaded: Any) -> None:
 
 
 def test_conformance_kit(loaded: Any) -> None:
-    source = CassandraSource(options(loaded, fetch_size="700", splits="12"))
+    # pages small enough that every split has several: wake_up must interrupt a split mid-read, or the kit
+    # refuses the check as too trivial
+    source = CassandraSource(options(loaded, fetch_size="50", splits="12"))
     testing.check_all(source, expected=driver_rows(loaded))
 
 
