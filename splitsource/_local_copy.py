@@ -9,7 +9,7 @@ Per batch, as Spark's micro-batch execution does it:
    one at a time (so the work balances itself, as FLIP-27 readers request splits) and write their rows into
    pending part files through the bucketing sink's writer: one file per worker per batch and bucket;
 3. the coordinator commits the batch's pending files with the sink's global committer, as stream batch
-   ``<batch>`` of this checkpoint's query id, then sweeps what is left.
+   ``<batch>`` of this copy's query id (its ownership token), then sweeps what is left.
 
 A re-run recovers the sink (finishes a logged commit, sweeps orphans), finds the last committed batch of its query
 id in the sink's log, and replays the batch after it if its offset was written, so a batch is committed once
@@ -47,7 +47,7 @@ from splitsource.sink._formats import read_text, resolve_filesystem, write_atomi
 
 __all__ = ["LOCAL_DIR", "LocalCopyFailed", "LocalRun", "run_local"]
 
-LOCAL_DIR = "local"  # in the checkpoint: query-id, offsets/<batch>, workers.log
+LOCAL_DIR = "local"  # in the checkpoint: offsets/<batch>, workers.log
 
 
 class LocalCopyFailed(SplitSourceError):
