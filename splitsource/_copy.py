@@ -161,15 +161,16 @@ def _exists(path: str) -> bool:
 
 
 def _remove_if_empty(paths: list[str]) -> None:
-    """Directories this run made, if the failed run left them empty (an empty ``_bucketing`` counts as empty)."""
+    """Directories this run made, if the failed run left them empty: removed bottom-up with ``rmdir``, which
+    fails on anything another copy has put there meanwhile (local file systems only)."""
     for path in paths:
-        fs, base = resolve_filesystem(path)
-        try:
-            entries = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-        except OSError:
+        if "://" in path or not os.path.isdir(path):
             continue
-        if all(e.type == pafs.FileType.Directory for e in entries):
-            fs.delete_dir(base)
+        for root, _, _ in sorted(os.walk(path), key=lambda entry: -len(entry[0])):
+            try:
+                os.rmdir(root)
+            except OSError:
+                pass
 
 
 def _spark_session(master: str) -> Any:
@@ -264,10 +265,11 @@ def copy(
         identity["engine"] = engine  # the engines' checkpoints differ: one engine's is refused by the other
     made = [p for p in (output, checkpoint) if not _exists(p)]
     committer = _committer(sink)
-    failed = True
+    failed, locked = True, False
     try:
         with CopyLock([(f"output {output}", f"{output}/{META_DIR}"), (f"checkpoint {checkpoint}", checkpoint)],
                       command=f"splitsource copy --engine {engine}"):
+            locked = True
             if overwrite:
                 start_over(output, checkpoint, committer)
             claimed = claim(output, checkpoint, identity, committer)
@@ -286,7 +288,7 @@ def copy(
                 raise
         failed = False
     finally:
-        if failed:
+        if failed and locked:  # a copy refused by another's lock must not touch what that copy is making
             _remove_if_empty(made)
 
     fs, _ = resolve_filesystem(output)

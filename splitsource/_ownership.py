@@ -151,10 +151,16 @@ class CopyLock:
     @staticmethod
     def _create(fs: pafs.FileSystem, path: str, data: bytes) -> bool:
         if isinstance(fs, pafs.LocalFileSystem):
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                return False
+            for _ in range(5):
+                try:
+                    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                    break
+                except FileExistsError:
+                    return False
+                except FileNotFoundError:  # a failed copy removed the empty directory just now: make it again
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+            else:
+                raise LockedError(f"cannot create {path}: its directory keeps disappearing")
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             return True
