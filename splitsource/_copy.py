@@ -30,6 +30,7 @@ from splitsource._claim import check_paths, claim, start_over, undo_unstarted
 from splitsource._errors import OptionsError, SplitSourceError
 from splitsource._offsets import source_fingerprint
 from splitsource._ownership import META_DIR, CopyLock
+from splitsource._signals import deferred, stop_requested
 from splitsource._spark_reader import build_source
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._formats import resolve_filesystem, write_atomically
@@ -338,13 +339,17 @@ def _copy_with_spark(source: Any, read_options: Mapping[str, str], sink_raw: Map
                  .queryName(f"splitsource-copy-{os.getpid()}").start(sink_raw["path"]))
         try:
             committed, seen = rows_before, 0
-            while not query.awaitTermination(1.0):
-                _collect_progress(query, batches, last_offset)
-                if progress is not None:
-                    if len(batches) != seen:  # the commit log changes only when a batch commits
-                        committed, seen = _committed_rows(committer), len(batches)
-                    progress.update(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)),
-                                    committed - rows_before)
+            with deferred():  # SIGTERM must not interrupt a py4j call: it is handled here, between calls
+                while not query.awaitTermination(1.0):
+                    if stop_requested():
+                        query.stop()
+                        break
+                    _collect_progress(query, batches, last_offset)
+                    if progress is not None:
+                        if len(batches) != seen:  # the commit log changes only when a batch commits
+                            committed, seen = _committed_rows(committer), len(batches)
+                        progress.update(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)),
+                                        committed - rows_before)
             _collect_progress(query, batches, last_offset)
         except KeyboardInterrupt:
             query.stop()

@@ -12,21 +12,13 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from types import FrameType
 
 from splitsource._errors import OptionsError, SplitSourceError
+from splitsource._signals import Terminated, on_sigterm
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread so the copy stops its query, workers and locks as on Ctrl-C."""
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise Terminated()
 
 
 class _OwnRecords(logging.Filter):
@@ -136,7 +128,7 @@ def _verify(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _quiet_logging()
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         return _copy(args) if args.command == "copy" else _verify(args)
     except OptionsError as exc:
