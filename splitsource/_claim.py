@@ -14,8 +14,8 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from splitsource._errors import CheckpointError, OptionsError
-from splitsource._ownership import LOCK_FILE, META_DIR, OutputOwnedError, new_token, read_owner, write_owner
-from splitsource.sink._committer import BucketingGlobalCommitter
+from splitsource._ownership import LOCK_FILE, OutputOwnedError, new_token, read_owner, write_owner
+from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
 from splitsource.sink._formats import resolve_filesystem, write_atomically
 
 __all__ = ["Claim", "IDENTITY_FILE", "check_paths", "claim", "start_over", "undo_unstarted"]
@@ -80,10 +80,6 @@ def _write_identity(checkpoint: str, identity: Mapping[str, Any]) -> None:
     write_atomically(fs, f"{base}/{IDENTITY_FILE}", json.dumps(identity, indent=2, sort_keys=True).encode())
 
 
-def _visible_files(committer: BucketingGlobalCommitter) -> list[str]:
-    return committer.finished_files()
-
-
 def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: BucketingGlobalCommitter) -> Claim:
     """Decide whether this copy may write ``output`` with ``checkpoint``; record it as the output's owner.
     Call it holding the copy's lock."""
@@ -112,7 +108,7 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
     if found is not None and not found.get("token") and found.get("engine") == "local":
         raise CheckpointError(f"checkpoint {checkpoint} was written by an earlier release of the local engine; "
                               f"finish that copy with that release, or start over with {START_OVER}")
-    existing = _visible_files(committer) or [str(r.seq) for r, _ in committer.records()]
+    existing = committer.finished_files() or [str(r.seq) for r, _ in committer.records()]
     if existing and not (found is not None and not found.get("token")):
         raise OutputOwnedError(
             f"output {output} already holds data this copy did not write ({len(existing)} file(s) or commits); "

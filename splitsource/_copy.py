@@ -29,10 +29,10 @@ from splitsource._api import _FixedContext
 from splitsource._claim import check_paths, claim, start_over, undo_unstarted
 from splitsource._errors import OptionsError, SplitSourceError
 from splitsource._offsets import source_fingerprint
-from splitsource._ownership import META_DIR, CopyLock
+from splitsource._ownership import CopyLock
 from splitsource._signals import deferred, stop_requested
 from splitsource._spark_reader import build_source
-from splitsource.sink._committer import BucketingGlobalCommitter
+from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
 from splitsource.sink._formats import resolve_filesystem, write_atomically
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 

@@ -28,13 +28,13 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from splitsource._errors import CheckpointError
+from splitsource.sink._committer import META_DIR
 from splitsource.sink._formats import resolve_filesystem, write_atomically
 
 __all__ = ["CopyLock", "LockedError", "OutputOwnedError", "new_token", "read_owner", "write_owner"]
 
 OWNER_FILE = "owner.json"
 LOCK_FILE = "lock.json"
-META_DIR = "_bucketing"
 
 
 class LockedError(CheckpointError):
