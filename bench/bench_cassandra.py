@@ -71,7 +71,7 @@ def method_driver(processes: int) -> int:
 
 def method_local() -> int:
     from connectors.cassandra import CassandraSource
-    from splitsource import LocalRuntime
+    from splitsource.runtime import LocalRuntime
 
     result = LocalRuntime(CassandraSource(OPTIONS), 2).run()
     return sum(b.num_rows for b in result.batches)

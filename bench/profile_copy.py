@@ -49,14 +49,14 @@ def _cassandra_cpu_s() -> float:
 
 def profile(fmt: str) -> dict[str, Any]:
     from connectors.cassandra import CassandraSource
-    from splitsource._api import _FixedContext
-    from splitsource._spark_reader import conform_batch, spark_arrow_schema
+    from splitsource._api import FixedEnumeratorContext
+    from splitsource.runtime import conform_batch
     from splitsource.sink._options import parse_sink_options
     from splitsource.sink._writer import write_files
 
     source = CassandraSource({"hosts": HOSTS, "keyspace": KEYSPACE, "table": TABLE})
-    expected = spark_arrow_schema(source.schema())[1]
-    enumerator = source.create_enumerator(_FixedContext(1))
+    expected = source.schema()  # a copy writes the source's own schema
+    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
     enumerator.start()
     splits = []
     while (split := enumerator.next_split()) is not None:

@@ -1,13 +1,27 @@
 """splitsource: Flink's FLIP-27 split-based sources for PySpark, for bounded data.
 
-Read with ``spark.read.format("splitsource")``; write connectors by subclassing :class:`Source`,
-:class:`SplitEnumerator`, :class:`SplitReader` and :class:`RecordEmitter`; test them with
-:mod:`splitsource.testing`. See ``docs/`` for the architecture and the connector author's guide.
+The public API comes in three tiers, each in its own place:
+
+1. **The connector author's API** (this module): the contracts to subclass (:class:`Source`, :class:`Split`,
+   :class:`SplitState`, :class:`SplitEnumerator`, :class:`SplitReader`, :class:`RecordEmitter`), the helpers they
+   use (:class:`SplitQueue`, :class:`FixedEnumeratorContext`, :func:`option` and :class:`Secret`), the error tree,
+   and :mod:`splitsource.testing`, the conformance kit. See ``docs/connector-guide.md``.
+2. **The runtime API** (:mod:`splitsource.runtime`): what drives a connector without Spark: :class:`SourceReader`,
+   :class:`~splitsource.runtime.LocalRuntime`, :func:`read_local`, :class:`RetryPolicy`.
+3. **The user's API**: :mod:`splitsource.copyjob` (:func:`copy`, :func:`verify`), :mod:`splitsource.spark`
+   (``format("splitsource")``, ``format("bucketing")``, :func:`register`), :mod:`splitsource.sink` (the bucketing
+   sink's parts), and the ``splitsource`` command. :func:`copy`, :func:`verify`, :func:`read_local` and
+   :func:`register` are also here, for short scripts.
+
+Importing splitsource imports no pyspark; only :mod:`splitsource.spark` does.
 """
+
+from typing import TYPE_CHECKING
 
 from splitsource._api import (
     Boundedness,
     EnumeratorState,
+    FixedEnumeratorContext,
     RecordEmitter,
     RecordsBySplits,
     Source,
@@ -20,48 +34,53 @@ from splitsource._api import (
 from splitsource._errors import (
     CheckpointError,
     ConnectorNotFoundError,
+    CopyError,
     ExecutorEnvironmentError,
+    LocalCopyFailed,
+    LockedError,
     OptionsError,
+    OutputOwnedError,
     ProtocolError,
     SinkError,
     SplitReadError,
     SplitSourceError,
     TransientSplitReadError,
 )
-from splitsource._options import REQUIRED, Secret, describe_options, option, parse_options
+from splitsource._options import REQUIRED, Secret, describe_options, option, options_table, parse_options
 from splitsource._registry import BUILTIN_CONNECTORS, resolve_connector
-from splitsource._runtime import Checkpoint, LocalRuntime, RunResult, read_local
-from splitsource._source_reader import ReaderMetrics, RetryPolicy, SourceReader
+from splitsource._splits import SplitQueue
 from splitsource._state import EnumeratorStateSerializer, enumerator_state_from_bytes, enumerator_state_to_bytes
 from splitsource._version import __version__
+from splitsource.runtime import read_local
+
+if TYPE_CHECKING:
+    from splitsource.copyjob import copy, verify
 
 __all__ = [
     "BUILTIN_CONNECTORS",
     "REQUIRED",
     "Boundedness",
-    "Checkpoint",
     "CheckpointError",
     "ConnectorNotFoundError",
     "CopyError",
-    "CopySummary",
     "EnumeratorState",
     "EnumeratorStateSerializer",
     "ExecutorEnvironmentError",
-    "LocalRuntime",
+    "FixedEnumeratorContext",
+    "LocalCopyFailed",
+    "LockedError",
     "OptionsError",
+    "OutputOwnedError",
     "ProtocolError",
-    "ReaderMetrics",
     "RecordEmitter",
     "RecordsBySplits",
-    "RetryPolicy",
-    "RunResult",
     "Secret",
     "SinkError",
     "Source",
-    "SourceReader",
     "Split",
     "SplitEnumerator",
     "SplitEnumeratorContext",
+    "SplitQueue",
     "SplitReadError",
     "SplitReader",
     "SplitSourceError",
@@ -73,6 +92,7 @@ __all__ = [
     "enumerator_state_from_bytes",
     "enumerator_state_to_bytes",
     "option",
+    "options_table",
     "parse_options",
     "read_local",
     "register",
@@ -82,23 +102,17 @@ __all__ = [
 
 
 def register(spark: object) -> None:
-    """Register ``format("splitsource")`` and ``format("bucketing")`` on ``spark`` explicitly (auto-registration
-    makes this optional)."""
-    from splitsource._spark_reader import SplitSourceDataSource
-    from splitsource.sink._spark import BucketingDataSource
+    """Register ``format("splitsource")`` and ``format("bucketing")`` on ``spark`` (see
+    :func:`splitsource.spark.register`; auto-registration makes this optional)."""
+    from splitsource.spark import register as register_formats
 
-    spark.dataSource.register(SplitSourceDataSource)  # type: ignore[attr-defined]
-    spark.dataSource.register(BucketingDataSource)  # type: ignore[attr-defined]
-
-
-_LAZY = {"copy": "splitsource._copy", "CopyError": "splitsource._copy", "CopySummary": "splitsource._copy",
-         "verify": "splitsource._verify"}
+    register_formats(spark)
 
 
 def __getattr__(name: str) -> object:
-    # the copy job and verify need pyspark; importing splitsource alone must not
-    if name in _LAZY:
-        import importlib
+    # the copy package is imported on first use: a connector's import of splitsource stays small
+    if name in ("copy", "verify"):
+        import splitsource.copyjob as copy_package
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(copy_package, name)
     raise AttributeError(f"module 'splitsource' has no attribute {name!r}")

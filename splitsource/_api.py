@@ -117,7 +117,10 @@ class SplitEnumeratorContext(abc.ABC):
         """Number of readers the runtime runs."""
 
 
-class _FixedContext(SplitEnumeratorContext):
+class FixedEnumeratorContext(SplitEnumeratorContext):
+    """A context with a fixed number of readers: what a runtime passes an enumerator, and what a test or a tool
+    that plans outside a runtime uses (``source.create_enumerator(FixedEnumeratorContext(4))``)."""
+
     def __init__(self, parallelism: int) -> None:
         self._parallelism = parallelism
 
@@ -144,7 +147,7 @@ class SplitEnumerator(abc.ABC, Generic[SplitT, PositionT]):
     """
 
     def __init__(self, context: SplitEnumeratorContext | None = None, pending: Iterable[SplitT] = ()) -> None:
-        self.context = context or _FixedContext(1)
+        self.context = context or FixedEnumeratorContext(1)
         self._pending: collections.deque[SplitT] = collections.deque(pending)
         self._closed = False
 

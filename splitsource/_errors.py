@@ -1,28 +1,39 @@
-"""The exception hierarchy of splitsource.
+"""Every error splitsource raises on purpose, in one tree.
 
 ::
 
     SplitSourceError                      anything splitsource raises on purpose
     ├── OptionsError                      an unknown, missing or invalid option (names it, lists valid ones)
-    ├── ConnectorNotFoundError            the ``connector`` option names nothing importable
+    │   └── ConnectorNotFoundError        the ``connector`` option names nothing importable
     ├── ProtocolError                     a contract of the framework was broken by its caller or a connector
-    ├── SplitReadError                    reading a split failed for good (names the split and the attempts)
+    ├── SplitReadError                    reading a split failed for good (.split_ids, .attempts, .waited_s)
     │   └── TransientSplitReadError       a connector's declaration that a retry from the split state may work
     ├── ExecutorEnvironmentError          an executor cannot run what the driver planned (interpreter, package)
     ├── CheckpointError                   a checkpoint that is corrupt or belongs to another job
-    └── SinkError                         the bucketing sink cannot write or commit
+    │   ├── LockedError                   another copy is running on the output or checkpoint (.path)
+    │   └── OutputOwnedError              the output belongs to another copy (.path)
+    ├── SinkError                         the bucketing sink cannot write or commit
+    └── CopyError                         a copy job failed (.detail: the full text, .log_path: where it is kept)
+        └── LocalCopyFailed               a task of the local engine failed or its worker process died
 
-``serializers.SerializationError`` (a ``ValueError``) is raised for bytes that cannot be read back; it lives in
-``serializers`` because that package does not depend on this one.
+Connectors add their own errors under this tree (``connectors.cassandra.CassandraConnectionError`` is a
+``SplitSourceError``). ``serializers.SerializationError`` (a ``ValueError``) is raised for bytes that cannot be read
+back; it lives in ``serializers`` because that package does not depend on this one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "CheckpointError",
     "ConnectorNotFoundError",
+    "CopyError",
     "ExecutorEnvironmentError",
+    "LocalCopyFailed",
+    "LockedError",
     "OptionsError",
+    "OutputOwnedError",
     "ProtocolError",
     "SinkError",
     "SplitReadError",
@@ -32,7 +43,10 @@ __all__ = [
 
 
 class SplitSourceError(Exception):
-    """Base of every error splitsource raises on purpose."""
+    """Base of every error splitsource raises on purpose.
+
+    Structured fields survive pickling (a Spark task's error reaches the driver pickled): the message is the one
+    positional argument, and the fields travel as the instance's state."""
 
 
 class OptionsError(SplitSourceError, ValueError):
@@ -48,7 +62,15 @@ class ProtocolError(SplitSourceError, RuntimeError):
 
 
 class SplitReadError(SplitSourceError, RuntimeError):
-    """Reading a split failed and will not be retried. The message names the split id."""
+    """Reading a split failed and will not be retried. The message names the split ids; so do the fields:
+    ``split_ids`` (the splits the reader held), ``attempts`` and ``waited_s`` (0 when it was not retried)."""
+
+    def __init__(self, message: str, *, split_ids: Sequence[str] = (), attempts: int = 0,
+                 waited_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.split_ids = tuple(split_ids)
+        self.attempts = attempts
+        self.waited_s = waited_s
 
 
 class TransientSplitReadError(SplitReadError):
@@ -63,5 +85,33 @@ class CheckpointError(SplitSourceError, RuntimeError):
     """A checkpoint is corrupt, unreadable, or was written by a different job."""
 
 
+class _PathError(CheckpointError):
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class LockedError(_PathError):
+    """Another copy is running on the same output or checkpoint; ``path`` is the lock file."""
+
+
+class OutputOwnedError(_PathError):
+    """The output belongs to another copy (or the checkpoint to another output); ``path`` is what is owned."""
+
+
 class SinkError(SplitSourceError, RuntimeError):
     """The bucketing sink could not write, commit or recover its files."""
+
+
+class CopyError(SplitSourceError):
+    """The copy job failed. The message is the root cause in one line; ``detail`` the full text (worker and JVM
+    stacks), kept in the file ``log_path`` (empty when it could not be written)."""
+
+    def __init__(self, message: str, *, detail: str = "", log_path: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+        self.log_path = log_path
+
+
+class LocalCopyFailed(CopyError):
+    """A task of the local engine failed in its worker (``detail``: the worker's traceback), or a worker died."""

@@ -1,5 +1,5 @@
-"""Offsets of a bounded source read in batches of splits: the checkpoint of the streaming reader and of the
-local copy engine alike.
+"""Offsets of a bounded source read in batches of splits: the checkpoint of Spark's streaming reader and of the
+local copy engine alike (step 1 of the batch protocol, see :mod:`splitsource.copyjob._protocol`).
 
 An offset is a JSON dict that carries everything needed to replay its batch after a crash:
 
@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from serializers import SerializationError, read_envelope, write_envelope
-from splitsource._api import Source, Split, _FixedContext
+from splitsource._api import FixedEnumeratorContext, Source, Split
 from splitsource._errors import CheckpointError
+from splitsource._planning import BatchLimit
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 
 __all__ = ["OFFSET_VERSION", "check_offset", "initial_offset", "next_offset", "offset_splits", "source_fingerprint"]
@@ -55,7 +56,7 @@ def _offset(source: Source[Any, Any, Any, Any], fingerprint: str, state: bytes, 
 
 def initial_offset(source: Source[Any, Any, Any, Any], fingerprint: str, parallelism: int) -> dict[str, Any]:
     """The offset before the first batch: a fresh enumerator's state, no split taken."""
-    enumerator = source.create_enumerator(_FixedContext(parallelism))
+    enumerator = source.create_enumerator(FixedEnumeratorContext(parallelism))
     enumerator.start()
     try:
         total = enumerator.estimated_total_splits()
@@ -65,11 +66,11 @@ def initial_offset(source: Source[Any, Any, Any, Any], fingerprint: str, paralle
     return _offset(source, fingerprint, state, [], taken=0, total=total)
 
 
-def next_offset(source: Source[Any, Any, Any, Any], fingerprint: str, start: Mapping[str, Any], parallelism: int, *,
-                max_splits: int = 0, max_bytes: int = 0) -> dict[str, Any] | None:
-    """The offset after the next batch: splits taken from the enumerator restored at ``start``, until
-    ``max_splits`` splits or ``max_bytes`` of estimated size (0: no such limit; at least one split).
-    None when the enumerator has no split left: the bounded source is done."""
+def next_offset(source: Source[Any, Any, Any, Any], fingerprint: str, start: Mapping[str, Any], parallelism: int,
+                limit: BatchLimit) -> dict[str, Any] | None:
+    """The offset after the next batch: splits taken from the enumerator restored at ``start`` up to ``limit``
+    (at least one split). None when the enumerator has no split left: the bounded source is done."""
+    max_splits, max_bytes = limit.max_splits, limit.max_bytes
     check_offset(start, fingerprint)
     try:
         state = enumerator_state_from_bytes(source, base64.b64decode(start["state"], validate=True))
@@ -77,7 +78,7 @@ def next_offset(source: Source[Any, Any, Any, Any], fingerprint: str, start: Map
     except (SerializationError, ValueError, KeyError, TypeError) as exc:
         raise CheckpointError(f"the checkpoint's offset cannot be read ({exc}); it is corrupt or was written by an "
                               f"incompatible release; {START_OVER}") from None
-    enumerator = source.restore_enumerator(_FixedContext(parallelism), state)
+    enumerator = source.restore_enumerator(FixedEnumeratorContext(parallelism), state)
     enumerator.start()
     batch: list[Split] = []
     size = 0

@@ -22,7 +22,7 @@ from typing import Any, TypeVar, get_type_hints
 
 from splitsource._errors import OptionsError
 
-__all__ = ["REQUIRED", "Secret", "describe_options", "option", "parse_options"]
+__all__ = ["REQUIRED", "Secret", "describe_options", "option", "options_table", "parse_options"]
 
 T = TypeVar("T")
 
@@ -73,9 +73,12 @@ def option(
     maximum: float | None = None,
     choices: Iterable[str] | None = None,
     parse: Callable[[str], Any] | None = None,
+    shown: str | None = None,
 ) -> Any:
-    """Declare one option: its default, a one-line doc, and optional bounds, choices or a custom parser."""
+    """Declare one option: its default, a one-line doc, and optional bounds, choices or a custom parser;
+    ``shown``: how the default is written in tables when it is not a plain value (a parsed default)."""
     meta = {
+        "shown": shown,
         "doc": doc,
         "minimum": minimum,
         "maximum": maximum,
@@ -160,10 +163,45 @@ def parse_options(cls: type[T], raw: Mapping[str, str], *, context: str = "", ig
     return cls(**values)
 
 
+def _shown_default(f: dataclasses.Field[Any]) -> str:
+    if f.default is dataclasses.MISSING:
+        return "required"
+    value = f.default
+    if f.metadata.get("shown") is not None:
+        return str(f.metadata["shown"])
+    if isinstance(value, Secret):
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def describe_options(cls: type[Any]) -> list[tuple[str, str, str]]:
-    """``(name, default, doc)`` for every option of ``cls``, for help texts and docs."""
+    """``(name, default, meaning)`` for every option of ``cls``, from the options' own metadata: the one source of
+    the tables in ``--help``, docstrings and ``docs/`` (see :func:`options_table`)."""
     rows = []
     for f in dataclasses.fields(cls):
-        default = "required" if f.default is dataclasses.MISSING else repr(f.default)
-        rows.append((f.name, default, str(f.metadata.get("doc", ""))))
+        doc = str(f.metadata.get("doc", ""))
+        choices = f.metadata.get("choices")
+        if choices:
+            doc += f" (one of: {', '.join(choices)})"
+        rows.append((f.name, _shown_default(f), doc))
     return rows
+
+
+def options_table(cls: type[Any], style: str = "markdown") -> str:
+    """The options of ``cls`` as a table: ``markdown`` (docs) or ``text`` (``--help``, docstrings)."""
+    rows = describe_options(cls)
+    if style == "markdown":
+        lines = ["| option | default | meaning |", "|---|---|---|"]
+        for name, default, doc in rows:
+            shown = f"`{default}`" if default and default != "required" else (default or "—")
+            lines.append(f"| `{name}` | {shown} | {doc} |")
+        return "\n".join(lines)
+    if style != "text":
+        raise ValueError(f"style {style!r}: markdown or text")
+    width = max(len(name) for name, _, _ in rows)
+    dwidth = max(len(default or "—") for _, default, _ in rows)
+    return "\n".join(f"  {name:<{width}}  {default or '—':<{dwidth}}  {doc}" for name, default, doc in rows)

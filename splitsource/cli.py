@@ -1,4 +1,5 @@
-"""The ``splitsource`` command: ``copy`` a bounded source into files exactly once, and ``verify`` the copy.
+"""The ``splitsource`` command: ``copy`` a bounded source into files exactly once, ``verify`` the copy, and list
+the ``options``.
 
 Exit codes: 0 success (verify: the output matches), 1 the job failed (verify: mismatch), 2 invalid arguments or
 options, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Errors are one line on stderr, never a stack trace.
@@ -14,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from splitsource._errors import OptionsError, SplitSourceError
-from splitsource._signals import Terminated, on_sigterm
+from splitsource.copyjob._signals import Terminated, on_sigterm
 
 __all__ = ["main"]
 
@@ -60,6 +61,31 @@ def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
+def _sink_table() -> str:
+    from splitsource._options import options_table
+    from splitsource.sink._options import BucketingSinkOptions
+
+    return options_table(BucketingSinkOptions, "text")
+
+
+def _options(args: argparse.Namespace) -> int:
+    """``splitsource options``: the tables, generated from the options' own declarations."""
+    from splitsource._options import options_table
+    from splitsource._planning import FrameworkOptions
+    from splitsource._registry import resolve_connector
+    from splitsource.sink._options import BucketingSinkOptions
+
+    print("framework options (-o KEY=VALUE, any connector):")
+    print(options_table(FrameworkOptions, "text"))
+    print("\nsink options (--sink-option KEY=VALUE):")
+    print(options_table(BucketingSinkOptions, "text"))
+    if args.connector:
+        source_class = resolve_connector(args.connector)
+        print(f"\n{args.connector} options (-o KEY=VALUE):")
+        print(options_table(source_class.options_class, "text"))
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="splitsource", description=__doc__.split("\n\n")[0], epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
@@ -68,11 +94,12 @@ def _parser() -> argparse.ArgumentParser:
     def source_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--connector", required=True, help="built-in connector (cassandra, generator) or module:Class")
         p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
-                       help="a source option (repeat); see docs/cassandra.md for Cassandra's")
+                       help="a source option (repeat): `splitsource options --connector NAME` lists them")
         p.add_argument("--output", required=True, help="base directory of the output (local path or URI)")
 
     copy = sub.add_parser("copy", help="copy a whole source into files, exactly once (resumable)",
-                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+                          epilog=f"sink options (--sink-option KEY=VALUE):\n{_sink_table()}\n\n{EXAMPLES}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     source_args(copy)
     copy.add_argument("--format", default="parquet", help="parquet (default), jsonl or csv")
     copy.add_argument("--bucketer", default="none", help="none (default), datetime or columns")
@@ -94,11 +121,15 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="compare the committed output with the source (count and checksum)",
                             allow_abbrev=False)
     source_args(verify)
+
+    options = sub.add_parser("options", help="list the options of the framework, the sink and a connector",
+                             allow_abbrev=False)
+    options.add_argument("--connector", help="also list this connector's options (-o KEY=VALUE)")
     return parser
 
 
 def _copy(args: argparse.Namespace) -> int:
-    from splitsource._copy import Progress, copy
+    from splitsource.copyjob._job import Progress, copy
 
     if args.engine == "local" and args.master is not None:
         raise OptionsError("--master is for --engine spark; --engine local runs on this machine (see --workers)")
@@ -116,8 +147,8 @@ def _copy(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from splitsource._spark_reader import build_source
-    from splitsource._verify import verify
+    from splitsource._planning import build_source
+    from splitsource.copyjob._verify import verify
 
     _, source = build_source({**_pairs(args.option, "-o"), "connector": args.connector})
     result = verify(source, args.output)
@@ -130,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_logging()
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        return _copy(args) if args.command == "copy" else _verify(args)
+        return {"copy": _copy, "verify": _verify, "options": _options}[args.command](args)
     except OptionsError as exc:
         print(f"splitsource {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -9,7 +9,7 @@ import pytest
 
 @pytest.mark.parametrize(
     "name", ["splitsource", "serializers", "connectors.generator", "splitsource.testing", "pyspark_splitsource",
-             "splitsource.sink", "pyspark_bucketing"]
+             "splitsource.sink", "pyspark_bucketing", "splitsource.runtime", "splitsource.spark", "splitsource.copyjob"]
 )
 def test_all_is_sorted_and_importable(name: str) -> None:
     module = importlib.import_module(name)

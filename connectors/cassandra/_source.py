@@ -56,6 +56,7 @@ from splitsource import (
     Split,
     SplitEnumerator,
     SplitEnumeratorContext,
+    SplitQueue,
     SplitReader,
     SplitSourceError,
     SplitState,
@@ -318,26 +319,23 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         self._statement = self._session.prepare(source.select_cql())
         self._statement.consistency_level = getattr(ConsistencyLevel, self._options.consistency)
         self._statement.fetch_size = self._options.fetch_size
-        self._splits: list[CassandraSplit] = []
-        self._paging: bytes | None = None
+        # the head split's paging state: where its next page starts (None: at its beginning)
+        self._queue: SplitQueue[CassandraSplit, bytes | None] = SplitQueue(lambda split: split.paging_state)
         self._woken = threading.Event()
 
     def add_splits(self, splits: Sequence[CassandraSplit]) -> None:
-        if not self._splits and splits:
-            self._paging = splits[0].paging_state
-        self._splits.extend(splits)
+        self._queue.add(splits)
 
     def fetch(self) -> RecordsBySplits[_Raw]:
-        if not self._splits:
+        split = self._queue.head
+        if split is None:
             return RecordsBySplits()
-        split = self._splits[0]
         if split.done:
-            self._splits.pop(0)
-            self._paging = self._splits[0].paging_state if self._splits else None
+            self._queue.pop()
             return RecordsBySplits.finished_only(split.split_id)
         done = threading.Event()
         future = self._session.execute_async(
-            self._statement.bind((split.start, split.end)), paging_state=self._paging,
+            self._statement.bind((split.start, split.end)), paging_state=self._queue.position,
             timeout=self._options.request_timeout_s,
         )
         future.add_callbacks(lambda _: done.set(), lambda _: done.set())
@@ -350,10 +348,9 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         next_state = result.paging_state
         batches = [(split.split_id, (rows, next_state))] if rows or next_state is None else []
         if next_state is not None:
-            self._paging = next_state
+            self._queue.position = next_state
             return RecordsBySplits(batches)
-        self._splits.pop(0)
-        self._paging = self._splits[0].paging_state if self._splits else None
+        self._queue.pop()
         return RecordsBySplits(batches, frozenset({split.split_id}))
 
     def wake_up(self) -> None:

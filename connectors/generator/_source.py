@@ -50,6 +50,7 @@ from splitsource import (
     Split,
     SplitEnumerator,
     SplitEnumeratorContext,
+    SplitQueue,
     SplitReader,
     SplitReadError,
     SplitState,
@@ -101,7 +102,8 @@ class GeneratorOptions:
     rows: int = option(1000, doc="number of rows", minimum=0)
     seed: int = option(0, doc="changes every generated value")
     columns: tuple[Column, ...] = option(
-        parse_columns("id:bigint,value:double,name:string"), doc="name:type[?],...", parse=parse_columns
+        parse_columns("id:bigint,value:double,name:string"), doc="name:type[?],... (? marks a nullable column)",
+        parse=parse_columns, shown="id:bigint,value:double,name:string",
     )
     null_fraction: float = option(0.1, doc="share of nulls in nullable columns", minimum=0.0, maximum=1.0)
     split_size_mb: float = option(32.0, doc="target split size in MiB (estimated)", minimum=0.001)
@@ -271,34 +273,30 @@ class GeneratorSplitReader(SplitReader[GeneratorSplit, _Raw]):
         self._source = source
         self._options = source.options
         self._schema = source.schema()
-        self._splits: list[GeneratorSplit] = []
-        self._offset = 0
+        self._queue: SplitQueue[GeneratorSplit, int] = SplitQueue(lambda split: split.start)
         self._woken = threading.Event()
 
     def add_splits(self, splits: Sequence[GeneratorSplit]) -> None:
-        if not self._splits and splits:
-            self._offset = splits[0].start
-        self._splits.extend(splits)
+        self._queue.add(splits)
 
     def fetch(self) -> RecordsBySplits[_Raw]:
-        if not self._splits:
+        split = self._queue.head
+        if split is None:
             return RecordsBySplits()
-        split = self._splits[0]
         if self._options.fetch_delay_ms and self._woken.wait(self._options.fetch_delay_ms / 1000):
             self._woken.clear()
             return RecordsBySplits()  # woken up: return at once, position unchanged
-        start = self._offset
+        start = self._queue.position
+        assert start is not None
         end = min(start + self._options.batch_rows, split.end)
         end = self._source._maybe_fail(start, end, split.split_id)
         batches: list[tuple[str, _Raw]] = []
         if end > start:
             batches.append((split.split_id, (end, generate_batch(self._options, self._schema, start, end))))
-        self._offset = end
         if end < split.end:
+            self._queue.position = end
             return RecordsBySplits(batches)
-        self._splits.pop(0)
-        if self._splits:
-            self._offset = self._splits[0].start
+        self._queue.pop()
         return RecordsBySplits(batches, frozenset({split.split_id}))
 
     def wake_up(self) -> None:

@@ -179,6 +179,29 @@ class BucketingGlobalCommitter:
         ids = [r.batch_id for r, _ in self.records() if r.kind == "stream" and r.write_id == query_id]
         return max(ids) if ids else None
 
+    def commit_batch(self, files: Sequence[PendingFile], *, query_id: str, batch_id: int) -> CommitRecord | None:
+        """Commit batch ``batch_id`` of streaming query ``query_id`` once (step 3 of the batch protocol, see
+        :mod:`splitsource.copyjob._protocol`): finish what a crash left logged; a replay of a batch this query
+        already committed has its new files deleted (they are duplicates) and returns None; otherwise the files are
+        committed and, every task of the batch having ended, what is still transient is swept as an orphan."""
+        self.recover()
+        last = self.last_stream_batch(query_id) if query_id else None
+        if last is not None and batch_id <= last:
+            self.delete_pending(files)
+            return None
+        record = self.combine(files, kind="stream", write_id=query_id, batch_id=batch_id)
+        self.commit(record)
+        self.sweep(keep=())
+        return record
+
+    def delete_pending(self, files: Iterable[PendingFile]) -> None:
+        """Remove the pending files of uncommitted (aborted or replayed) work; already gone is fine."""
+        for f in files:
+            try:
+                self.fs.delete_file(f.pending_path(self.base, self.names))
+            except OSError:
+                pass
+
     def end_of_input(self, summary: bytes) -> None:
         """A bounded write is complete: write ``_SUCCESS`` (Hadoop's marker that the output is whole)."""
         write_atomically(self.fs, join(self.base, "_SUCCESS"), summary)

@@ -29,8 +29,8 @@ import pyarrow as pa
 
 from serializers import read_envelope, write_envelope
 from splitsource._api import Source, Split
-from splitsource._runtime import Checkpoint, LocalRuntime
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
+from splitsource.runtime._local import Checkpoint, LocalRuntime
 
 __all__ = [
     "LocalRuntime",

@@ -6,7 +6,7 @@ import tracemalloc
 
 from connectors.generator import GeneratorSource
 from connectors.generator._source import GeneratorEnumerator
-from splitsource import LocalRuntime
+from splitsource.runtime import LocalRuntime
 
 
 def enumerator(rows: int, split_rows: int) -> GeneratorEnumerator:

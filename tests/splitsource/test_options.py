@@ -64,3 +64,52 @@ def test_options_are_frozen() -> None:
     o = parse_options(Opts, {"host": "h"})
     with pytest.raises(AttributeError):
         o.port = 1  # type: ignore[misc]
+
+
+def test_option_tables_are_generated_from_the_declarations() -> None:
+    from dataclasses import dataclass
+
+    from splitsource import options_table
+
+    @dataclass(frozen=True)
+    class Opts:
+        table: str = option(doc="table to read")
+        size_mb: float = option(64.0, doc="split size", minimum=1)
+        mode: str = option("fast", doc="how", choices=("fast", "slow"))
+        secret: Secret = option(Secret("hunter2"), doc="never shown")
+
+    assert options_table(Opts) == "\n".join([
+        "| option | default | meaning |",
+        "|---|---|---|",
+        "| `table` | required | table to read |",
+        "| `size_mb` | `64` | split size |",
+        "| `mode` | `fast` | how (one of: fast, slow) |",
+        "| `secret` | — | never shown |",
+    ])
+    assert "hunter2" not in options_table(Opts, "text")
+
+
+def test_the_tables_in_the_docs_are_the_generated_ones() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "option_tables.py"
+    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "3 option tables checked" in result.stdout
+
+
+def test_the_options_command_lists_a_connectors_options() -> None:
+    import subprocess
+    import sys
+
+    shown = subprocess.run([sys.executable, "-m", "splitsource.cli", "options", "--connector", "generator"],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert "framework options" in shown.stdout and "sink options" in shown.stdout
+    assert "split_rows" in shown.stdout and "max_retry_wait_s" in shown.stdout
+    assert "id:bigint" in shown.stdout and "Column(" not in shown.stdout
+    unknown = subprocess.run([sys.executable, "-m", "splitsource.cli", "options", "--connector", "nosuch"],
+                             capture_output=True, text=True)
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "nosuch" in unknown.stderr

@@ -43,8 +43,8 @@ class _GatedReader(CassandraSplitReader):
         self._only = {s for s in source.options.gate_splits.split(";") if s}
 
     def fetch(self) -> RecordsBySplits[Any]:
-        if self._splits:
-            split_id = self._splits[0].split_id
+        if self._queue.head is not None:
+            split_id = self._queue.head.split_id
             page = self._pages[split_id] = self._pages.get(split_id, 0) + 1
             gated = not self._only or split_id in self._only
             if gated and page == self._gate_page and not (self._gate / "release").exists():

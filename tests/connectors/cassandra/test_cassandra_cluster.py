@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from connectors.cassandra import CassandraSource
-from splitsource import LocalRuntime, RetryPolicy, read_local
+from splitsource.runtime import LocalRuntime, RetryPolicy, read_local
 
 from .test_cassandra_source import checksum
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.splitsource.test_copy import finished, kill_and_rerun, run
+from tests.splitsource.copyjob.test_copy import finished, kill_and_rerun, run
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.spark, pytest.mark.slow]
 KS = "splitsource_copy"

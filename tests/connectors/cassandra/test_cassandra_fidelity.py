@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from splitsource import copy
-from splitsource._verify import verify
+from splitsource.copyjob._verify import verify
 from splitsource.sink._text import parse_iso_date, parse_iso_duration, parse_iso_timestamp, plain_storage
 from tests.connectors.cassandra.fidelity_table import (
     COLUMNS,
@@ -174,7 +174,7 @@ def test_verify_catches_a_converter_that_drops_a_udt_field(node: Any, tmp_path: 
     copy(connector, options(node), str(out), format="parquet", engine="local")
     assert plain_rows(pq.read_table(out))[1]["ud"]["class"] is None  # the bug is really there
     assert expected_plain()[1]["ud"]["class"] == "c"
-    from splitsource._spark_reader import build_source
+    from splitsource._planning import build_source
 
     _, buggy = build_source({"connector": connector, **options(node)})
     result = verify(buggy, str(out))
@@ -328,7 +328,7 @@ def test_our_csv_agrees_with_dsbulk_field_by_field(node: Any, tmp_path: Path) ->
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_a_value_arrow_cannot_hold_fails_the_copy_naming_column_and_value(node: Any, tmp_path: Path,
                                                                           engine: str) -> None:
-    from tests.splitsource.test_copy import run
+    from tests.splitsource.copyjob.test_copy import run
 
     cluster, session = node.session()
     try:
@@ -348,7 +348,7 @@ def test_a_value_arrow_cannot_hold_fails_the_copy_naming_column_and_value(node: 
 
 
 def test_a_bucket_value_too_long_for_a_file_name_fails_the_copy_in_one_line(node: Any, tmp_path: Path) -> None:
-    from tests.splitsource.test_copy import run
+    from tests.splitsource.copyjob.test_copy import run
 
     cluster, session = node.session()
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.splitsource.test_copy import CLI, run
+from tests.splitsource.copyjob.test_copy import CLI, run
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 INDEX = 5

@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 import pytest
 
 from connectors.cassandra import CassandraConnectionError, CassandraSource
-from splitsource import OptionsError, RetryPolicy, SourceReader, read_local, testing
+from splitsource import OptionsError, read_local, testing
+from splitsource.runtime import RetryPolicy, SourceReader
 
 pytestmark = pytest.mark.cassandra
 KS = "splitsource_test"

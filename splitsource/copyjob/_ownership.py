@@ -27,22 +27,14 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from splitsource._errors import CheckpointError
+from splitsource._errors import CheckpointError, LockedError
 from splitsource.sink._committer import META_DIR
 from splitsource.sink._formats import resolve_filesystem, write_atomically
 
-__all__ = ["CopyLock", "LockedError", "OutputOwnedError", "new_token", "read_owner", "write_owner"]
+__all__ = ["CopyLock", "new_token", "read_owner", "write_owner"]
 
 OWNER_FILE = "owner.json"
 LOCK_FILE = "lock.json"
-
-
-class LockedError(CheckpointError):
-    """Another copy is running on the same output or checkpoint."""
-
-
-class OutputOwnedError(CheckpointError):
-    """The output belongs to another copy (or the checkpoint to another output)."""
 
 
 def new_token() -> str:
@@ -144,9 +136,9 @@ class CopyLock:
                 continue
             if holder is not None and not _gone(holder):
                 raise LockedError(f"{what} is in use by another copy: {holder.describe()}; wait for it "
-                                  f"to finish, or stop it (if it is gone for good, remove {path})")
+                                  f"to finish, or stop it (if it is gone for good, remove {path})", path=path)
             self._break(fs, path)  # its holder is gone (killed): take over
-        raise LockedError(f"cannot lock {what}: {path} keeps changing")
+        raise LockedError(f"cannot lock {what}: {path} keeps changing", path=path)
 
     @staticmethod
     def _create(fs: pafs.FileSystem, path: str, data: bytes) -> bool:
@@ -160,7 +152,7 @@ class CopyLock:
                 except FileNotFoundError:  # a failed copy removed the empty directory just now: make it again
                     os.makedirs(os.path.dirname(path), exist_ok=True)
             else:
-                raise LockedError(f"cannot create {path}: its directory keeps disappearing")
+                raise LockedError(f"cannot create {path}: its directory keeps disappearing", path=path)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             return True

@@ -1,15 +1,15 @@
-"""The local copy engine (``splitsource copy --engine local``): the Spark engine's exactly-once protocol, run by
-worker processes on this machine, with no JVM.
+"""The local copy engine (``splitsource copy --engine local``): the batch protocol of
+:mod:`splitsource.copyjob._protocol`, run by worker processes on this machine, with no JVM.
 
-Per batch, as Spark's micro-batch execution does it:
+Per batch, as Spark's micro-batch execution does it for the Spark engine:
 
 1. the offset after the batch (enumerator state + the batch's splits, :mod:`splitsource._offsets`) is written to
    ``<checkpoint>/local/offsets/<batch>`` before any split is read (a write-ahead log);
-2. worker processes (``python -m splitsource._local_worker``, one per core by default) ask for the batch's splits
+2. worker processes (``python -m splitsource.copyjob._worker``, one per core by default) ask for the batch's splits
    one at a time (so the work balances itself, as FLIP-27 readers request splits) and write their rows into
    pending part files through the bucketing sink's writer: one file per worker per batch and bucket;
-3. the coordinator commits the batch's pending files with the sink's global committer, as stream batch
-   ``<batch>`` of this copy's query id (its ownership token), then sweeps what is left.
+3. the coordinator commits the batch's pending files once (``commit_batch``), as stream batch ``<batch>`` of this
+   copy's query id (its ownership token), which sweeps what is left.
 
 A re-run recovers the sink (finishes a logged commit, sweeps orphans), finds the last committed batch of its query
 id in the sink's log, and replays the batch after it if its offset was written, so a batch is committed once
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from serializers import read_envelope, write_envelope
-from splitsource._errors import CheckpointError, SplitSourceError
+from splitsource._errors import CheckpointError, LocalCopyFailed
 from splitsource._offsets import (
     START_OVER,
     check_offset,
@@ -39,23 +39,16 @@ from splitsource._offsets import (
     source_fingerprint,
     validated,
 )
-from splitsource._spark_reader import SplitsPartition, build_source
-from splitsource._version import __version__
+from splitsource._planning import TaskEnvironment, batch_limit, build_source
+from splitsource.copyjob._job import failure
+from splitsource.copyjob._protocol import CopyRun, EngineResult, ProgressFn
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PENDING_FILE_SERIALIZER
 from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
 
-__all__ = ["LOCAL_DIR", "LocalCopyFailed", "LocalRun", "run_local"]
+__all__ = ["LOCAL_DIR", "LocalRun", "run_copy", "run_local"]
 
 LOCAL_DIR = "local"  # in the checkpoint: offsets/<batch>, workers.log
-
-
-class LocalCopyFailed(SplitSourceError):
-    """A task failed in a worker (``detail`` holds its traceback), or a worker process died."""
-
-    def __init__(self, message: str, detail: str = "") -> None:
-        super().__init__(message)
-        self.detail = detail
 
 
 @dataclass(frozen=True)
@@ -65,16 +58,13 @@ class LocalRun:
     total: int  # the enumerator's estimate of all splits (-1: unknown)
 
 
-ProgressFn = Callable[[int, int, int], None]  # (splits done, estimated total, rows this run)
-
-
 class _Workers:
     """Worker processes, each running one task at a time; killed all at once when one task fails."""
 
     def __init__(self, count: int, log: IO[bytes] | int) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self._procs = [
-            subprocess.Popen([sys.executable, "-m", "splitsource._local_worker"], stdin=subprocess.PIPE,
+            subprocess.Popen([sys.executable, "-m", "splitsource.copyjob._worker"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=log, env=env)
             for _ in range(count)
         ]
@@ -84,7 +74,7 @@ class _Workers:
         """Run one batch: every worker takes ``task`` and asks for splits until none is left (so the work
         balances itself); ``progress(splits finished, rows written)`` after each request. Returns each worker's
         result."""
-        from splitsource._local_worker import read_frame, write_frame
+        from splitsource.copyjob._worker import read_frame, write_frame
 
         lock = threading.Lock()
         remaining = list(reversed(splits))
@@ -114,7 +104,7 @@ class _Workers:
                 raise LocalCopyFailed(f"a worker process died (exit code {code})"
                                       + (f" while reading split {current} of the batch" if current > 0 else ""))
             if "error" in message:
-                raise LocalCopyFailed(message["error"], message.get("detail", ""))
+                raise LocalCopyFailed(message["error"], detail=message.get("detail", ""))
             return dict(message["ok"])
 
         with ThreadPoolExecutor(max_workers=len(self._procs)) as executor:
@@ -194,13 +184,9 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
     last_committed = committer.last_stream_batch(query_id)
     last = -1 if last_committed is None else last_committed
     committer.sweep(keep=())  # no task runs now: whatever is transient is an orphan of an earlier run
-    parallelism = max(framework.partitions, framework.min_partitions, workers)
-    if framework.max_splits_per_batch > 0:
-        limits = {"max_splits": framework.max_splits_per_batch}
-    else:
-        limits = {"max_bytes": int(framework.max_bytes_per_batch_mb * 1024 * 1024)}
-    task = {"options": dict(read_options), "sink": dict(sink_raw),
-            "environment": SplitsPartition((), (sys.version_info[0], sys.version_info[1]), __version__)}
+    parallelism = max(framework.parallelism, workers)
+    limit = batch_limit(framework)
+    task = {"options": dict(read_options), "sink": dict(sink_raw), "environment": TaskEnvironment.current()}
     start = _read_offset(fs, root, last) if last >= 0 else None
     if last >= 0 and start is None:
         raise CheckpointError(f"checkpoint {checkpoint} has no offset for batch {last}, which the output's commit "
@@ -223,7 +209,7 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             end = _read_offset(fs, root, batch_id)  # logged before a batch that never committed: replay it
             if end is None:
                 begin = start or initial_offset(source, fingerprint, parallelism)
-                end = next_offset(source, fingerprint, begin, parallelism, **limits)
+                end = next_offset(source, fingerprint, begin, parallelism, limit)
                 if end is None:
                     break  # nothing left: the bounded source is done
                 _write_offset(fs, root, batch_id, end)
@@ -236,9 +222,7 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
                 committer.sweep(keep=())  # the workers are killed: their files of this batch are orphans now
                 raise
             files = [read_envelope(PENDING_FILE_SERIALIZER, f) for r in results for f in r["files"]]
-            record = committer.combine(files, kind="stream", write_id=query_id, batch_id=batch_id)
-            committer.commit(record)
-            committer.sweep(keep=())
+            committer.commit_batch(files, query_id=query_id, batch_id=batch_id)
             _prune_offsets(fs, root, keep_from=batch_id)
             last, start = batch_id, end
             done_splits = int(end["taken"])
@@ -249,3 +233,13 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
         if not isinstance(log, int):
             log.close()
     return LocalRun(batches, int(start["taken"]) if start else 0, total)
+
+
+def run_copy(run: CopyRun, *, workers: int = 0) -> EngineResult:
+    """The copy job's entry to this engine (see :class:`~splitsource.copyjob._protocol.CopyRun`)."""
+    try:
+        done = run_local(run.read_options, run.sink_raw, run.committer, run.checkpoint,
+                         workers or os.cpu_count() or 1, run.progress, query_id=run.token)
+    except LocalCopyFailed as exc:
+        raise failure(str(exc), exc.detail or str(exc), run.checkpoint) from None
+    return EngineResult(done.taken, done.total, done.batches)

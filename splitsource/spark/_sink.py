@@ -31,7 +31,7 @@ from splitsource.sink._formats import resolve_filesystem
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 from splitsource.sink._writer import write_files
 
-__all__ = ["COMMITTABLES_SCHEMA", "BucketingCommitMessage", "BucketingDataSource", "committables_batch", "write_task"]
+__all__ = ["COMMITTABLES_SCHEMA", "BucketingCommitMessage", "BucketingDataSource"]
 
 # input 'committables': rows that each name a pending file a task already wrote (versioned bytes) and its rows
 COMMITTABLES_SCHEMA = pa.schema([pa.field("file", pa.binary(), nullable=False),
@@ -61,33 +61,20 @@ def _task_context() -> tuple[int, str, int]:
     return ctx.partitionId(), query, int(batch) if batch not in (None, "") else -1
 
 
-def write_task(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
-    """Write one task's batches into pending files; on any failure its in-progress files are removed."""
-    partition, query_id, batch_id = _task_context()
-    files = write_files(options, batches, partition)
-    return BucketingCommitMessage(tuple(write_envelope(PENDING_FILE_SERIALIZER, f) for f in files), query_id,
-                                  batch_id)
-
-
-def committables_batch(message: BucketingCommitMessage) -> pa.RecordBatch:
-    """A task's pending files as rows of :data:`COMMITTABLES_SCHEMA` (the copy job's read tasks emit these)."""
-    return pa.RecordBatch.from_arrays(
-        [pa.array(message.files, pa.binary()), pa.array([f.rows for f in message.pending_files()], pa.int64())],
-        schema=COMMITTABLES_SCHEMA)
-
-
 def _task_output(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
-    if options.input == "rows":
-        return write_task(options, batches)
+    partition, query_id, batch_id = _task_context()
+    if options.input == "rows":  # write this task's rows into pending files; on failure its files are removed
+        files = write_files(options, batches, partition)
+        return BucketingCommitMessage(tuple(write_envelope(PENDING_FILE_SERIALIZER, f) for f in files), query_id,
+                                      batch_id)
     # the files are written already (by the read side of the same task): pass them on to the commit
-    _, query_id, batch_id = _task_context()
-    files: list[bytes] = []
+    written: list[bytes] = []
     for batch in batches:
         if "file" not in batch.schema.names:
             raise SinkError("option 'input' is 'committables' but the rows have no 'file' column: it is set by "
                             "splitsource copy, not for writing a DataFrame")
-        files.extend(batch.column("file").to_pylist())
-    return BucketingCommitMessage(tuple(files), query_id, batch_id)
+        written.extend(batch.column("file").to_pylist())
+    return BucketingCommitMessage(tuple(written), query_id, batch_id)
 
 
 def _collect(messages: list[Any]) -> tuple[list[PendingFile], str]:
@@ -99,16 +86,6 @@ def _collect(messages: list[Any]) -> tuple[list[PendingFile], str]:
             if message.query_id:
                 query_ids.add(message.query_id)
     return files, (sorted(query_ids)[0] if query_ids else "")
-
-
-def _delete_pending(options: BucketingSinkOptions, files: list[PendingFile]) -> None:
-    """Remove the pending files of uncommitted (aborted or replayed) work; already gone is fine."""
-    fs, base = resolve_filesystem(options.path)
-    for f in files:
-        try:
-            fs.delete_file(f.pending_path(base, options.names))
-        except OSError:
-            pass
 
 
 def _committer(options: BucketingSinkOptions) -> BucketingGlobalCommitter:
@@ -142,7 +119,7 @@ class BucketingBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[Any]) -> None:
         # best effort: tasks may still be running, so only files named in messages go; the next write sweeps
-        _delete_pending(self.options, _collect(messages)[0])
+        _committer(self.options).delete_pending(_collect(messages)[0])
 
 
 class BucketingStreamWriter(DataSourceStreamArrowWriter):
@@ -158,22 +135,11 @@ class BucketingStreamWriter(DataSourceStreamArrowWriter):
         return _task_output(self.options, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
-        committer = _committer(self.options)
         files, query_id = _collect(messages)
-        committer.recover()
-        last = committer.last_stream_batch(query_id) if query_id else None
-        if last is not None and batchId <= last:
-            # a replay of a batch this query already committed: its new files are duplicates
-            _delete_pending(self.options, files)
-            return
-        record = committer.combine(files, kind="stream", write_id=query_id, batch_id=batchId)
-        committer.commit(record)
-        # every task of this batch has finished and the next batch has not started: what is still transient is
-        # an orphan (a failed attempt of this batch, or of a run that died before its commit)
-        committer.sweep(keep=())
+        _committer(self.options).commit_batch(files, query_id=query_id, batch_id=batchId)
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
-        _delete_pending(self.options, _collect(messages)[0])
+        _committer(self.options).delete_pending(_collect(messages)[0])
 
 
 def _summary(record: CommitRecord) -> bytes:

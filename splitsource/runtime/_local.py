@@ -13,8 +13,9 @@ from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
-from splitsource._api import EnumeratorState, Source, Split, SplitEnumerator, _FixedContext
-from splitsource._source_reader import RetryPolicy, SourceReader
+from splitsource._api import EnumeratorState, FixedEnumeratorContext, Source, Split, SplitEnumerator
+from splitsource._planning import RetryPolicy
+from splitsource.runtime._source_reader import SourceReader
 
 __all__ = ["Checkpoint", "LocalRuntime", "RunResult", "read_local"]
 
@@ -67,7 +68,7 @@ class LocalRuntime(Generic[SplitT]):
         self._parallelism = parallelism
         self._retry = retry or RetryPolicy(initial_backoff=0.01, max_backoff=0.05)
         self._queue_capacity = queue_capacity
-        context = _FixedContext(parallelism)
+        context = FixedEnumeratorContext(parallelism)
         self.enumerator: SplitEnumerator[SplitT, Any]
         if restore is None:
             self.enumerator = source.create_enumerator(context)

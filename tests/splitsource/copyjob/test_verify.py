@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from splitsource import copy
-from splitsource._spark_reader import build_source
-from splitsource._verify import csv_records, verify
+from splitsource._planning import build_source
+from splitsource.copyjob._verify import csv_records, verify
 
 OPTIONS = {"rows": "3000", "split_rows": "700", "columns": "id:bigint,name:string?,score:double?,at:timestamp?,"
                                                            "flag:boolean?,n:int?,raw:binary?"}

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from connectors.generator import GeneratorSource
-from splitsource import ProtocolError, RetryPolicy, SourceReader, SplitReadError
+from splitsource import ProtocolError, SplitReadError
+from splitsource.runtime import RetryPolicy, SourceReader
 from splitsource.testing import rows_of
 from tests.splitsource.fakes import DownForSource, FlakyConnectionSource, GatedSupplySource
 

@@ -1,48 +1,43 @@
 """Bounded copy jobs: a whole source into bucketed files, exactly once, resumable after a kill at any moment.
 
-:func:`copy` wires ``readStream.format("splitsource")`` (micro-batches of splits; the offset is the enumerator
-state) to ``writeStream.format("bucketing")`` (each batch committed once, replays discarded) with Spark's own
-checkpoint and ``trigger(availableNow=True)``. Each read task writes its rows into pending part files itself and
-the stream carries only the committables (one small row per file) to the sink's commit: the rows never cross into
-the JVM and back, which was most of a copy's cost. Re-running the same copy resumes from the checkpoint: committed
-splits are never read again; a batch in flight when the job died is read again and its earlier files, never
-committed, are swept. The call returns only after the last batch is committed and ``_SUCCESS`` is written
-(FLIP-147: a bounded job reports success only once its last data is committed).
+:func:`copy` checks the options, takes ownership of the output and checkpoint (:mod:`splitsource.copyjob._claim`,
+:mod:`splitsource.copyjob._ownership`), and hands the run to an engine, which runs the batch protocol
+(:mod:`splitsource.copyjob._protocol`: plan a batch of splits, write pending files, commit once per batch id) until
+the source is done: the Spark engine (:mod:`splitsource.spark._copy`, a streaming query with
+``trigger(availableNow=True)``) or the local engine (:mod:`splitsource.copyjob._local`, worker processes, no JVM).
+Re-running the same copy resumes from the checkpoint: committed splits are never read again; a batch in flight
+when the job died is read again and its earlier files, never committed, are swept. The call returns only after the
+last batch is committed and ``_SUCCESS`` is written (FLIP-147: a bounded job reports success only once its last
+data is committed).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
-import shlex
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 import pyarrow.fs as pafs
 
-from splitsource._api import _FixedContext
-from splitsource._claim import check_paths, claim, start_over, undo_unstarted
-from splitsource._errors import OptionsError, SplitSourceError
+from splitsource._errors import CopyError, OptionsError
 from splitsource._offsets import source_fingerprint
-from splitsource._ownership import CopyLock
-from splitsource._signals import deferred, stop_requested
-from splitsource._spark_reader import build_source
+from splitsource._planning import build_source
+from splitsource.copyjob._claim import check_paths, claim, start_over, undo_unstarted
+from splitsource.copyjob._ownership import CopyLock
+from splitsource.copyjob._protocol import CopyRun
 from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
 from splitsource.sink._formats import resolve_filesystem, write_atomically
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
-__all__ = ["CopyError", "CopySummary", "Progress", "copy", "root_cause"]
+__all__ = ["CopySummary", "Progress", "committed_rows", "copy", "failure", "root_cause"]
 
 SINK_DESCRIPTION = "copy.json"  # in <output>/_bucketing: how verify reads the output back
-
-
-class CopyError(SplitSourceError):
-    """The copy job failed; the message is the root cause, without the JVM's stack."""
 
 
 @dataclass(frozen=True)
@@ -174,35 +169,15 @@ def _remove_if_empty(paths: list[str]) -> None:
                 pass
 
 
-def _spark_session(master: str) -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    quiet = Path(__file__).with_name("resources") / "log4j2-quiet.properties"
-    # the driver JVM is started by spark-submit before any SparkConf applies: its own options go on its command
-    # line, or Spark prints its default logging banner (left alone when the user set PYSPARK_SUBMIT_ARGS)
-    java_options = f"-Dlog4j2.configurationFile=file:{quiet} -XX:TieredStopAtLevel=1"
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options {shlex.quote(java_options)} pyspark-shell")
-    try:
-        return _start_session(SparkSession, master, quiet)
-    except Exception as exc:  # a bad master URL, no Java: one line, not the gateway's stack
-        raise OptionsError(f"--master {master}: Spark cannot start: {root_cause(exc)}") from None
+# the engines, by module: each runs the batch protocol (splitsource.copyjob._protocol) with its own task runner. Looked
+# up by name, as connectors are: the copy job does not depend on Spark, the Spark engine depends on the copy job.
+ENGINES = {"spark": "splitsource.spark._copy", "local": "splitsource.copyjob._local"}
 
 
-def _start_session(SparkSession: Any, master: str, quiet: Path) -> Any:  # noqa: N803 - the class, passed in
-    spark = (SparkSession.builder.master(master).appName("splitsource copy")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-             # C1 only: a copy's JVM schedules and commits, it runs no heavy code; measured 2 s less start-up
-             .config("spark.driver.extraJavaOptions",
-                     f"-Dlog4j2.configurationFile=file:{quiet} -XX:TieredStopAtLevel=1")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("OFF")
-    return spark
+def _engine(name: str) -> Any:
+    return importlib.import_module(ENGINES[name])
 
 
-ENGINES = ("spark", "local")
 _MASTER = re.compile(r"local(\[[0-9*]+(,[0-9]+)?\])?|local-cluster\[[0-9, ]+\]|(spark|k8s)://\S+|yarn")
 
 
@@ -228,7 +203,7 @@ def copy(
     ``engine``: ``spark`` (a Spark streaming query on ``master``) or ``local`` (``workers`` processes on this
     machine, default one per core, no JVM); both commit the same way, a checkpoint belongs to one engine.
 
-    An output has one owner (see ``splitsource._ownership``): a copy holds a lock on its output and checkpoint
+    An output has one owner (see ``splitsource.copyjob._ownership``): a copy holds a lock on its output and checkpoint
     while it runs, and refuses an output another copy owns. ``overwrite`` deletes what the output holds and the
     checkpoint's progress first, and starts afresh.
 
@@ -277,13 +252,12 @@ def copy(
             resumed = claimed.resumed
             try:
                 _describe_output(sink)
-                rows_before = _committed_rows(committer)
-                if engine == "local":
-                    splits, total, batches = _copy_locally(read_options, sink_raw, committer, checkpoint, workers,
-                                                           progress, claimed.token)
-                else:
-                    splits, total, batches = _copy_with_spark(source, read_options, sink_raw, committer, checkpoint,
-                                                              master, progress, spark, rows_before)
+                rows_before = committed_rows(committer)
+                run = CopyRun(source, read_options, sink_raw, committer, checkpoint, claimed.token,
+                              progress.update if progress is not None else None, rows_before)
+                settings = {"workers": workers} if engine == "local" else {"master": master, "spark": spark}
+                result = _engine(engine).run_copy(run, **settings)
+                splits, total, batches = result.taken, result.total, result.batches
             except BaseException:
                 undo_unstarted(output, checkpoint, claimed, committer)
                 raise
@@ -293,7 +267,7 @@ def copy(
             _remove_if_empty(made)
 
     fs, _ = resolve_filesystem(output)
-    total_rows = _committed_rows(committer)
+    total_rows = committed_rows(committer)
     files = committer.finished_files()
     size = sum(fs.get_file_info(p).size or 0 for p in files)
     rows = total_rows - rows_before
@@ -306,75 +280,15 @@ def copy(
     return summary
 
 
-def _copy_locally(read_options: Mapping[str, str], sink_raw: Mapping[str, str], committer: BucketingGlobalCommitter,
-                  checkpoint: str, workers: int, progress: Progress | None, token: str) -> tuple[int, int, int]:
-    from splitsource._local_copy import LocalCopyFailed, run_local
-
-    try:
-        run = run_local(read_options, sink_raw, committer, checkpoint, workers or os.cpu_count() or 1,
-                        progress.update if progress is not None else None, query_id=token)
-    except LocalCopyFailed as exc:
-        raise CopyError(_failure(str(exc), exc.detail or str(exc), checkpoint)) from None
-    return run.taken, run.total, run.batches
-
-
-def _copy_with_spark(source: Any, read_options: Mapping[str, str], sink_raw: Mapping[str, str],
-                     committer: BucketingGlobalCommitter, checkpoint: str, master: str, progress: Progress | None,
-                     spark: Any, rows_before: int) -> tuple[int, int, int]:
-    enumerator = source.create_enumerator(_FixedContext(2))
-    enumerator.start()
-    total_estimate = enumerator.estimated_total_splits() or -1
-    enumerator.close()
-    own_session = spark is None
-    spark = spark or _spark_session(master)
-    batches: set[int] = set()
-    last_offset: dict[str, Any] = {"taken": _splits_from_checkpoint(checkpoint), "total": total_estimate}
-    # the read tasks write the part files themselves and hand only their committables to the sink's commit
-    stream_options = {**read_options, "copy_sink": json.dumps(sink_raw)}
-    try:
-        frame = spark.readStream.format("splitsource").options(**stream_options).load()
-        writer = frame.writeStream.format("bucketing").options(
-            **{k: v for k, v in sink_raw.items() if k != "path"}, input="committables")
-        query = (writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
-                 .queryName(f"splitsource-copy-{os.getpid()}").start(sink_raw["path"]))
-        try:
-            committed, seen = rows_before, 0
-            with deferred():  # SIGTERM must not interrupt a py4j call: it is handled here, between calls
-                while not query.awaitTermination(1.0):
-                    if stop_requested():
-                        query.stop()
-                        break
-                    _collect_progress(query, batches, last_offset)
-                    if progress is not None:
-                        if len(batches) != seen:  # the commit log changes only when a batch commits
-                            committed, seen = _committed_rows(committer), len(batches)
-                        progress.update(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)),
-                                        committed - rows_before)
-            _collect_progress(query, batches, last_offset)
-        except KeyboardInterrupt:
-            query.stop()
-            raise
-        error = query.exception()
-        if error is not None:
-            raise CopyError(_failure(root_cause(error), str(error), checkpoint))
-    except SplitSourceError:
-        raise
-    except Exception as exc:  # Spark's own exceptions: keep the message, drop the JVM stack
-        raise CopyError(_failure(root_cause(exc), str(exc), checkpoint)) from None
-    finally:
-        if own_session:
-            spark.stop()
-    return int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)), len(batches)
-
-
-def _failure(cause: str, full: str, checkpoint: str) -> str:
-    """The one-line message; the full text (JVM and Python stacks) goes to a log file beside the checkpoint."""
+def failure(cause: str, full: str, checkpoint: str) -> CopyError:
+    """The one-line error; the full text (worker, JVM and Python stacks) goes to a log file in the checkpoint."""
     try:
         fs, base = resolve_filesystem(checkpoint)
         write_atomically(fs, f"{base}/splitsource-copy-error.log", full.encode("utf-8", "replace"))
-        return f"{cause} (details: {checkpoint}/splitsource-copy-error.log)"
     except OSError:
-        return cause
+        return CopyError(cause, detail=full)
+    path = f"{checkpoint}/splitsource-copy-error.log"
+    return CopyError(f"{cause} (details: {path})", detail=full, log_path=path)
 
 
 def _committer(sink: BucketingSinkOptions) -> BucketingGlobalCommitter:
@@ -382,36 +296,10 @@ def _committer(sink: BucketingSinkOptions) -> BucketingGlobalCommitter:
     return BucketingGlobalCommitter(fs, base, sink.names, retention=sink.log_retention)
 
 
-def _committed_rows(committer: BucketingGlobalCommitter) -> int:
+def committed_rows(committer: BucketingGlobalCommitter) -> int:
     """Rows the copy has committed over all its runs: the running total of its newest commit record."""
     latest = max((r for r, _ in committer.records() if r.kind == "stream"), key=lambda r: r.seq, default=None)
     return latest.total_rows if latest else 0
-
-
-def _collect_progress(query: Any, batches: set[int], last_offset: dict[str, Any]) -> None:
-    for report in query.recentProgress:
-        if int(report["numInputRows"]) > 0:  # Spark's no-op batches carry no data: not batches of the copy
-            batches.add(int(report["batchId"]))
-        sources = report.get("sources") or []
-        if sources and sources[0].get("endOffset"):
-            end = sources[0]["endOffset"]
-            offset = json.loads(end) if isinstance(end, str) else end
-            if int(offset.get("taken", 0)) >= int(last_offset.get("taken", 0)):
-                last_offset.update(taken=offset.get("taken", 0), total=offset.get("total", -1))
-
-
-def _splits_from_checkpoint(checkpoint: str) -> int:
-    """Splits taken so far, from the newest offset in Spark's checkpoint (a resumed copy with nothing left)."""
-    offsets = Path(checkpoint) / "offsets"
-    if not offsets.is_dir():
-        return 0
-    newest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name), default=None)
-    if newest is None:
-        return 0
-    for line in reversed(newest.read_text().splitlines()):
-        if line.startswith("{") and '"taken"' in line:
-            return int(json.loads(line).get("taken", 0))
-    return 0
 
 
 def _describe_output(sink: BucketingSinkOptions) -> None:

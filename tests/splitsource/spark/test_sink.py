@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from splitsource.sink import parse_sink_options
-from splitsource.sink._spark import BucketingBatchWriter, BucketingStreamWriter
+from splitsource.spark._sink import BucketingBatchWriter, BucketingStreamWriter
 
 pytestmark = pytest.mark.spark
-JOB = Path(__file__).with_name("sink_job.py")
+JOB = Path(__file__).parent.parent / "sink" / "sink_job.py"
 
 
 def visible_files(base: Path) -> list[Path]:

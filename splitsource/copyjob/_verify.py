@@ -32,9 +32,9 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from splitsource._api import Source, _FixedContext
+from splitsource._api import FixedEnumeratorContext, Source
 from splitsource._errors import SinkError
-from splitsource._source_reader import SourceReader
+from splitsource.runtime._source_reader import SourceReader
 from splitsource.sink._bucketers import NULL_SEGMENT
 from splitsource.sink._committer import META_DIR
 from splitsource.sink._formats import resolve_filesystem
@@ -128,7 +128,7 @@ def _bucket_suffix(values: list[str | None]) -> bytes:
 
 
 def _plain_rows_through_emitter(source: Source[Any, Any, Any, Any]) -> Iterator[tuple[Any, ...]]:
-    enumerator = source.create_enumerator(_FixedContext(1))
+    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
     enumerator.start()
     reader = SourceReader(source, enumerator.next_split, name="verify")
     try:

@@ -165,7 +165,7 @@ def test_copy_from_python_returns_the_summary(tmp_path: Path, spark: Any) -> Non
 
 
 def test_root_cause_is_the_line_a_user_needs() -> None:
-    from splitsource._copy import root_cause
+    from splitsource.copyjob._job import root_cause
 
     ours = "[STREAM_FAILED] Query terminated\nTraceback (most recent call last):\n  File \"x.py\", line 1\n" \
            "connectors.cassandra._errors.CassandraConnectionError: cannot reach Cassandra at 10.0.0.1:9042\n"

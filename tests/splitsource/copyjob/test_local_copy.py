@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.splitsource.test_copy import CLI, committed_rows, finished, kill_and_rerun, run
+from tests.splitsource.copyjob.test_copy import CLI, committed_rows, finished, kill_and_rerun, run
 
 pytestmark = [pytest.mark.slow]
 # about 5 s a run: 120 fetches of 80 ms over 2 workers, in batches of 2 splits
@@ -47,7 +47,7 @@ def test_a_killed_worker_fails_the_copy_and_the_rerun_finishes_exact(tmp_path: P
     deadline = time.monotonic() + 60
     while worker is None or not list(out.rglob("*.in-progress")):  # a worker exists and is writing: mid-batch
         assert time.monotonic() < deadline and proc.poll() is None, "no worker started writing"
-        found = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "splitsource._local_worker"],
+        found = subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "splitsource.copyjob._worker"],
                                capture_output=True, text=True).stdout.split()
         worker = int(found[0]) if found else worker
         time.sleep(0.02)
@@ -56,7 +56,7 @@ def test_a_killed_worker_fails_the_copy_and_the_rerun_finishes_exact(tmp_path: P
     assert proc.returncode == 1
     assert "a worker process died (exit code -9)" in stderr.strip().splitlines()[-1], stderr[-2000:]
     deadline = time.monotonic() + 30
-    while subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "splitsource._local_worker"]).returncode != 1:
+    while subprocess.run(["pgrep", "-f", "-P", str(proc.pid), "splitsource.copyjob._worker"]).returncode != 1:
         assert time.monotonic() < deadline, "worker processes outlived the copy"
         time.sleep(0.05)
     before = committed_rows(out)

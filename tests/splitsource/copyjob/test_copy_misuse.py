@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.splitsource.test_copy import CLI, committed_rows, run
+from tests.splitsource.copyjob.test_copy import CLI, committed_rows, run
 
 pytestmark = [pytest.mark.slow]
 SLOW_GEN = ["--connector", "generator", "-o", "rows=40000", "-o", "split_rows=2000", "-o", "batch_rows=500",
@@ -175,7 +175,7 @@ def test_ordinary_mistakes_are_one_line(tmp_path: Path, case: str) -> None:
 
 
 def test_a_long_worker_error_is_cut_between_words_not_mid_word() -> None:
-    from splitsource._copy import root_cause
+    from splitsource.copyjob._job import root_cause
 
     text = "Traceback (most recent call last):\n  File x\nValueError: " + " ".join(f"word{i}" for i in range(400))
     line = root_cause(RuntimeError(text))

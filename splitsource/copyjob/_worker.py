@@ -1,6 +1,6 @@
 """A worker process of the local copy engine: reads groups of splits and writes them into pending part files.
 
-Started by :mod:`splitsource._local_copy` as ``python -m splitsource._local_worker``. Frames on stdin and stdout
+Started by :mod:`splitsource.copyjob._local` as ``python -m splitsource.copyjob._worker``. Frames on stdin and stdout
 are pickled (8-byte length, then the payload); anything a task prints goes to stderr. Per batch:
 
 - the coordinator sends a task (options, sink, worker index);
@@ -19,11 +19,8 @@ import pickle
 import struct
 import sys
 import traceback
-from collections.abc import Callable, Iterator
-from typing import IO, TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import pyarrow as pa
+from collections.abc import Callable
+from typing import IO, Any
 
 __all__ = ["read_frame", "run_task", "write_frame"]
 
@@ -49,36 +46,34 @@ def read_frame(stream: IO[bytes]) -> Any:
 
 
 def run_task(task: dict[str, Any], ask: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-    """Read the splits the coordinator hands out (``ask``) and write their rows through the sink's writer."""
+    """Step 2 of the batch protocol: read the splits the coordinator hands out (``ask``) and write their rows."""
     from serializers import read_envelope, write_envelope
     from splitsource._api import Split
-    from splitsource._spark_reader import build_source, check_executor, read_splits
+    from splitsource._planning import build_source
+    from splitsource.copyjob._protocol import copy_task
     from splitsource.sink._files import PENDING_FILE_SERIALIZER
     from splitsource.sink._options import parse_sink_options
-    from splitsource.sink._writer import write_files
 
     options = task["options"]
-    check_executor(task["environment"])
+    task["environment"].check()
     _, source = build_source(options)
     serializer = source.split_serializer()
-    progress = {"rows": 0, "splits": 0}
+    rows = [0]
 
     def next_split() -> Split | None:
-        data = ask({"next": True, "rows": progress["rows"]}).get("split")
+        data = ask({"next": True, "rows": rows[0]}).get("split")
         if data is None:
             return None
-        progress["splits"] += 1
         split: Split = read_envelope(serializer, data)
         return split
 
-    def counted() -> Iterator[pa.RecordBatch]:
-        for batch in read_splits(options, next_split, None, f"worker-{task['index']}"):
-            progress["rows"] += batch.num_rows
-            yield batch
+    def on_rows(count: int) -> None:
+        rows[0] = count
 
-    files = write_files(parse_sink_options(task["sink"]), counted(), task["index"])
-    return {"files": [write_envelope(PENDING_FILE_SERIALIZER, f) for f in files],
-            "rows": sum(f.rows for f in files), "splits": progress["splits"]}
+    result = copy_task(options, parse_sink_options(task["sink"]), next_split, task["index"],
+                       f"worker-{task['index']}", on_rows)
+    return {"files": [write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files],
+            "rows": result.rows, "splits": result.splits}
 
 
 def _die_with_parent() -> None:
@@ -101,8 +96,7 @@ def _die_with_parent() -> None:
 def main() -> int:
     _die_with_parent()
     # imported now, while the coordinator plans the first batch, not when its first task arrives
-    import splitsource._spark_reader  # noqa: F401
-    import splitsource.sink._writer  # noqa: F401
+    import splitsource.copyjob._protocol  # noqa: F401
 
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints of connectors must not corrupt the frames

@@ -13,8 +13,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from splitsource._errors import CheckpointError, OptionsError
-from splitsource._ownership import LOCK_FILE, OutputOwnedError, new_token, read_owner, write_owner
+from splitsource._errors import CheckpointError, OptionsError, OutputOwnedError
+from splitsource.copyjob._ownership import LOCK_FILE, new_token, read_owner, write_owner
 from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
 from splitsource.sink._formats import resolve_filesystem, write_atomically
 
@@ -97,14 +97,14 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
             f"output {output} belongs to another copy (its checkpoint is {owner.get('checkpoint')}, "
             f"format {owner.get('format')}, started {owner.get('created')}); resume it with --checkpoint "
             f"{owner.get('checkpoint')}, write to another --output, or start over with {START_OVER} (deletes what "
-            "the output holds)")
+            "the output holds)", path=output)
     if found is not None and owner is not None:
         return Claim(str(found["token"]), True, False, False)
     if found is not None and found.get("token") and progress:
         raise OutputOwnedError(
             f"checkpoint {checkpoint} holds the progress of a copy into {output}, but that output no longer holds "
             f"that copy (it was deleted or replaced): resuming would skip rows it lacks; start over with "
-            f"{START_OVER}, or use another --checkpoint")
+            f"{START_OVER}, or use another --checkpoint", path=checkpoint)
     if found is not None and not found.get("token") and found.get("engine") == "local":
         raise CheckpointError(f"checkpoint {checkpoint} was written by an earlier release of the local engine; "
                               f"finish that copy with that release, or start over with {START_OVER}")
@@ -112,7 +112,7 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
     if existing and not (found is not None and not found.get("token")):
         raise OutputOwnedError(
             f"output {output} already holds data this copy did not write ({len(existing)} file(s) or commits); "
-            f"write to another --output, or start over with {START_OVER} (deletes what the output holds)")
+            f"write to another --output, or start over with {START_OVER} (deletes what the output holds)", path=output)
     token = str(found.get("token") or new_token()) if found is not None else new_token()
     _write_identity(checkpoint, {**identity, "token": token})
     write_owner(output, {"token": token, "checkpoint": checkpoint, "format": identity.get("format"),

@@ -14,37 +14,14 @@ import pyarrow as pa
 
 from splitsource._api import RecordEmitter, Source, Split, SplitReader, SplitState
 from splitsource._errors import ProtocolError, SplitReadError, SplitSourceError
+from splitsource._planning import RetryPolicy
 
-__all__ = ["ReaderMetrics", "RetryPolicy", "SourceReader", "call_with_retry"]
+__all__ = ["ReaderMetrics", "SourceReader", "call_with_retry"]
 
 log = logging.getLogger("splitsource.reader")
 
 SplitT = TypeVar("SplitT", bound=Split)
 RawT = TypeVar("RawT")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How often and how patiently a transient error is retried from the split state.
-
-    A reader gives up once ``max_attempts`` attempts in a row have failed without progress (an emitted batch
-    resets the count) **and** ``max_wait`` seconds have passed since the first of them: a node that restarts
-    (half a minute to a few minutes) is waited for, while a source that fails at once still gets its attempts.
-    The wait before attempt ``n`` is ``min(initial_backoff * 2**(n-1), max_backoff)`` seconds.
-    """
-
-    max_attempts: int = 5
-    initial_backoff: float = 0.2
-    max_backoff: float = 10.0
-    max_wait: float = 300.0
-
-    def backoff(self, attempt: int) -> float:
-        return float(min(self.initial_backoff * (2 ** (attempt - 1)), self.max_backoff))
-
-    def gives_up(self, attempt: int, waited: float) -> bool:
-        return attempt >= self.max_attempts and waited >= self.max_wait
-
-
 T = TypeVar("T")
 
 
@@ -61,7 +38,8 @@ def call_with_retry(source: Source[Any, Any, Any, Any], call: Callable[[], T], r
             if not source.is_transient(error):
                 raise
             if retry.gives_up(attempt, waited):
-                raise SplitReadError(f"{what} failed after {attempt} attempts over {waited:.1f}s: {error}") from error
+                raise SplitReadError(f"{what} failed after {attempt} attempts over {waited:.1f}s: {error}",
+                                     attempts=attempt, waited_s=waited) from error
             wait = retry.backoff(attempt)
             log.warning("%s: transient error (attempt %d, %.0fs so far), retrying in %.1fs: %s", what, attempt,
                         waited, wait, error)
@@ -257,15 +235,18 @@ class SourceReader(Generic[SplitT, RawT]):
             self.close()
 
     def _handle_error(self, error: BaseException, attempt: int, waited: float) -> None:
-        split_ids = ", ".join(self._states) or "(none assigned)"
+        held = tuple(self._states)
+        split_ids = ", ".join(held) or "(none assigned)"
         self._stop_fetcher()
         if not self._source.is_transient(error):
             if isinstance(error, SplitSourceError) and not isinstance(error, SplitReadError):
                 raise error  # the connector's own clear error (bad option, missing table): as it is
-            raise SplitReadError(f"reading split(s) {split_ids} failed: {error}") from error
+            raise SplitReadError(f"reading split(s) {split_ids} failed: {error}", split_ids=held,
+                                 attempts=attempt) from error
         if self._retry.gives_up(attempt, waited):
             raise SplitReadError(
-                f"reading split(s) {split_ids} failed after {attempt} attempts over {waited:.1f}s: {error}"
+                f"reading split(s) {split_ids} failed after {attempt} attempts over {waited:.1f}s: {error}",
+                split_ids=held, attempts=attempt, waited_s=waited,
             ) from error
         wait = self._retry.backoff(attempt)
         log.warning(

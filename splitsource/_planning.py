@@ -1,0 +1,199 @@
+"""Planning a read: the framework's options, the connector's Source, splits packed into reader tasks, batch limits.
+
+Everything here runs where the plan is made (Spark's driver-side Python worker, the local engine's coordinator)
+and imports no pyspark: the Spark adapters (:mod:`splitsource.spark`) and the local engine share it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from splitsource._api import FixedEnumeratorContext, Source, Split
+from splitsource._errors import ExecutorEnvironmentError
+from splitsource._options import option, parse_options
+from splitsource._registry import resolve_connector
+from splitsource._version import __version__
+
+__all__ = [
+    "FRAMEWORK_KEYS",
+    "BatchLimit",
+    "FrameworkOptions",
+    "RetryPolicy",
+    "TaskEnvironment",
+    "all_splits",
+    "batch_limit",
+    "build_source",
+    "pack_splits",
+]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a transient error is retried from the split state.
+
+    A reader gives up once ``max_attempts`` attempts in a row have failed without progress (an emitted batch
+    resets the count) **and** ``max_wait`` seconds have passed since the first of them: a node that restarts
+    (half a minute to a few minutes) is waited for, while a source that fails at once still gets its attempts.
+    The wait before attempt ``n`` is ``min(initial_backoff * 2**(n-1), max_backoff)`` seconds.
+    """
+
+    max_attempts: int = 5
+    initial_backoff: float = 0.2
+    max_backoff: float = 10.0
+    max_wait: float = 300.0
+
+    def backoff(self, attempt: int) -> float:
+        return float(min(self.initial_backoff * (2 ** (attempt - 1)), self.max_backoff))
+
+    def gives_up(self, attempt: int, waited: float) -> bool:
+        return attempt >= self.max_attempts and waited >= self.max_wait
+
+
+@dataclass(frozen=True)
+class FrameworkOptions:
+    """Options the framework reads itself, for any connector; every other option is the connector's."""
+
+    connector: str = option(doc="built-in connector name (generator, cassandra) or package.module:ClassName")
+    partition_size_mb: float = option(128.0, doc="pack splits into reader tasks of about this estimated size",
+                                      minimum=0.001)
+    partitions: int = option(0, doc="exact number of reader tasks instead (0: by size)", minimum=0)
+    min_partitions: int = option(2, doc="by size, still make at least this many reader tasks", minimum=1)
+    queue_capacity: int = option(4, doc="batches buffered between a reader's fetcher thread and its consumer",
+                                 minimum=1, maximum=1024)
+    max_attempts: int = option(5, doc="attempts per split on transient errors, in a row without progress",
+                               minimum=1)
+    max_retry_wait_s: float = option(300.0, doc="and keep retrying them this long without progress (a "
+                                                "restarting node)", minimum=0.0)
+    initial_backoff_ms: int = option(200, doc="first retry wait in ms; doubles per attempt", minimum=0)
+    max_backoff_ms: int = option(10_000, doc="longest retry wait in ms", minimum=0)
+    max_splits_per_batch: int = option(0, doc="streaming and copy: splits per batch (0: by max_bytes_per_batch_mb)",
+                                       minimum=0)
+    max_bytes_per_batch_mb: float = option(256.0, doc="streaming and copy: estimated size of a batch's splits",
+                                           minimum=0.001)
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return RetryPolicy(self.max_attempts, self.initial_backoff_ms / 1000, self.max_backoff_ms / 1000,
+                           self.max_retry_wait_s)
+
+    @property
+    def parallelism(self) -> int:
+        """The readers an enumerator plans for."""
+        return max(self.partitions, self.min_partitions, 1)
+
+
+FRAMEWORK_KEYS = frozenset(f.lower() for f in FrameworkOptions.__dataclass_fields__)
+# Spark adds these itself (load(path), Hive-style options); connectors never see them.
+_SPARK_KEYS = frozenset({"path", "paths"})
+
+
+def build_source(options: Mapping[str, str]) -> tuple[FrameworkOptions, Source[Any, Any, Any, Any]]:
+    """Split options into the framework's and the connector's, and build the connector's Source."""
+    lowered = {k.lower(): str(v) for k, v in options.items()}
+    framework = parse_options(
+        FrameworkOptions,
+        {k: v for k, v in lowered.items() if k in FRAMEWORK_KEYS},
+        context="format('splitsource')",
+    )
+    connector_options = {k: v for k, v in lowered.items() if k not in FRAMEWORK_KEYS and k not in _SPARK_KEYS}
+    return framework, resolve_connector(framework.connector)(connector_options)
+
+
+def all_splits(source: Source[Any, Any, Any, Any], parallelism: int) -> list[Split]:
+    """Run a fresh enumerator to the end (a batch read plans everything at once)."""
+    enumerator = source.create_enumerator(FixedEnumeratorContext(parallelism))
+    enumerator.start()
+    splits = []
+    try:
+        while (split := enumerator.next_split()) is not None:
+            splits.append(split)
+    finally:
+        enumerator.close()
+    return splits
+
+
+def pack_splits(
+    splits: Sequence[Split], *, target_bytes: int, partitions: int = 0, min_partitions: int = 1
+) -> list[tuple[Split, ...]]:
+    """Pack splits, in order, into groups: ``partitions`` balanced groups, or groups of about ``target_bytes``.
+
+    Order is preserved inside a group, so an enumerator that interleaves splits across replicas keeps readers
+    spread. Splits of unknown size (0) count as one byte each in the by-count mode.
+    """
+    if not splits:
+        return []
+    if partitions > 0:
+        count = min(partitions, len(splits))
+        groups: list[list[Split]] = [[] for _ in range(count)]
+        loads = [0] * count
+        for split in splits:  # greedy: next split to the lightest group, ties to the lowest index
+            i = loads.index(min(loads))
+            groups[i].append(split)
+            loads[i] += max(split.estimated_size_bytes, 1)
+        return [tuple(g) for g in groups if g]
+    total = sum(s.estimated_size_bytes for s in splits)
+    if min_partitions > 1 and total // min_partitions < target_bytes:
+        return pack_splits(splits, target_bytes=target_bytes, partitions=min_partitions)
+    out: list[tuple[Split, ...]] = []
+    current: list[Split] = []
+    size = 0
+    for split in splits:
+        est = split.estimated_size_bytes
+        if current and size + est > target_bytes:
+            out.append(tuple(current))
+            current, size = [], 0
+        current.append(split)
+        size += est
+    if current:
+        out.append(tuple(current))
+    return out
+
+
+def pack_for(framework: FrameworkOptions, splits: Sequence[Split]) -> list[tuple[Split, ...]]:
+    """:func:`pack_splits` with the framework options' sizes."""
+    return pack_splits(splits, target_bytes=int(framework.partition_size_mb * 1024 * 1024),
+                       partitions=framework.partitions, min_partitions=framework.min_partitions)
+
+
+@dataclass(frozen=True)
+class BatchLimit:
+    """How many splits one batch takes from the enumerator: ``max_splits`` splits or ``max_bytes`` of estimated
+    size (0: no such limit; a batch takes at least one split). Both 0: everything that is left."""
+
+    max_splits: int = 0
+    max_bytes: int = 0
+
+
+def batch_limit(framework: FrameworkOptions) -> BatchLimit:
+    if framework.max_splits_per_batch > 0:
+        return BatchLimit(max_splits=framework.max_splits_per_batch)
+    return BatchLimit(max_bytes=int(framework.max_bytes_per_batch_mb * 1024 * 1024))
+
+
+@dataclass(frozen=True)
+class TaskEnvironment:
+    """The interpreter and package version a plan was made with; a reader task checks it runs the same."""
+
+    python: tuple[int, int]
+    version: str
+
+    @classmethod
+    def current(cls) -> TaskEnvironment:
+        return cls((sys.version_info[0], sys.version_info[1]), __version__)
+
+    def check(self) -> None:
+        """Fail plainly when this process runs another Python or another splitsource than the planner."""
+        here = sys.version_info[:2]
+        if tuple(self.python) != here:
+            raise ExecutorEnvironmentError(
+                f"executor runs Python {here[0]}.{here[1]} ({sys.executable}) but the driver planned with Python "
+                f"{self.python[0]}.{self.python[1]}; set PYSPARK_PYTHON to the same interpreter everywhere"
+            )
+        if self.version != __version__:
+            raise ExecutorEnvironmentError(
+                f"executor has splitsource {__version__} but the driver planned with {self.version}; install "
+                "the same version on every executor (see docs/operations.md, 'Shipping to a cluster')"
+            )

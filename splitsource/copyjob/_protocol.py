@@ -1,0 +1,103 @@
+"""The batch protocol of a copy: one protocol, two engines that differ only in who runs the tasks.
+
+Per batch ``n`` of a copy whose query id is ``q``:
+
+1. **plan**: take splits from the enumerator restored at the last offset, up to the batch limit
+   (:class:`~splitsource._planning.BatchLimit`: ``max_splits_per_batch`` splits or ``max_bytes_per_batch_mb`` of
+   estimated size), and write the offset after them (:func:`splitsource._offsets.next_offset`) *before* any split
+   is read: a write-ahead log, so a replay reads exactly the same splits;
+2. **write**: reader tasks read the batch's splits and write their rows into pending part files
+   (:func:`copy_task`); a task's result is its pending files (the committables);
+3. **commit**: the committables of every task are committed once as stream batch ``n`` of query ``q``
+   (:meth:`~splitsource.sink.BucketingGlobalCommitter.commit_batch`); a replay of a batch already committed is
+   discarded, and what is still transient is swept.
+
+Who runs it:
+
+=========  ===================================================  ==========================================
+step       Spark engine (:mod:`splitsource.spark._copy`)        local engine (:mod:`splitsource.copyjob._local`)
+=========  ===================================================  ==========================================
+plan       ``latestOffset`` of the copy's stream reader;        the coordinator; offsets in
+           offsets in Spark's checkpoint ``offsets/``           ``<checkpoint>/local/offsets/``
+write      Spark read tasks, one per packed group of splits     worker processes asking for splits one by one
+commit     the bucketing sink's stream writer ``commit``        the coordinator
+=========  ===================================================  ==========================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from splitsource._api import Source, Split
+from splitsource.runtime._read import read_splits
+from splitsource.sink._committer import BucketingGlobalCommitter
+from splitsource.sink._files import PendingFile
+from splitsource.sink._options import BucketingSinkOptions
+from splitsource.sink._writer import write_files
+
+__all__ = ["CopyRun", "EngineResult", "ProgressFn", "TaskResult", "copy_task"]
+
+ProgressFn = Callable[[int, int, int], None]  # (splits done, estimated total splits or -1, rows this run)
+
+
+@dataclass(frozen=True)
+class CopyRun:
+    """What the copy job hands an engine once it owns the output: everything but who runs the tasks.
+
+    An engine is a module with ``run_copy(run: CopyRun, **settings) -> EngineResult`` (``splitsource.copyjob._local``,
+    ``splitsource.spark._copy``); it runs the protocol above until the source is done or the run fails."""
+
+    source: Source[Any, Any, Any, Any]
+    read_options: Mapping[str, str]  # the connector's options and the framework's
+    sink_raw: Mapping[str, str]  # the bucketing sink's options, ``path`` included
+    committer: BucketingGlobalCommitter
+    checkpoint: str
+    token: str  # the copy's ownership token: its query id in the output's commit log
+    progress: ProgressFn | None
+    rows_before: int  # rows committed by earlier runs of the copy
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    taken: int  # splits of the source committed, over all runs
+    total: int  # the enumerator's estimate of all splits (-1: unknown)
+    batches: int  # batches committed by this run
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What one copy task hands to the commit: its pending files, and what it read."""
+
+    files: tuple[PendingFile, ...]
+    rows: int
+    splits: int
+
+
+def copy_task(options: Mapping[str, str], sink: BucketingSinkOptions, next_split: Callable[[], Split | None],
+              index: int, name: str, on_rows: Callable[[int], None] | None = None) -> TaskResult:
+    """Step 2: read the splits ``next_split`` hands out (None: no more) and write their rows, in the source's own
+    Arrow schema, into pending files of task ``index``; ``on_rows(rows so far)`` after each batch. On any
+    failure the task's in-progress files are removed and the error propagates: nothing of it is committed."""
+    splits = 0
+    rows = 0
+
+    def counted_split() -> Split | None:
+        nonlocal splits
+        split = next_split()
+        splits += split is not None
+        return split
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        nonlocal rows
+        for batch in read_splits(options, counted_split, None, name):
+            rows += batch.num_rows
+            if on_rows is not None:
+                on_rows(rows)
+            yield batch
+
+    files = tuple(write_files(sink, batches(), index))
+    return TaskResult(files, sum(f.rows for f in files), splits)

@@ -1,0 +1,39 @@
+"""Reading a sequence of splits as Arrow batches in one fixed schema: the body of every reader task (a Spark
+partition, a copy task of either engine)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+import pyarrow as pa
+
+from splitsource._api import Split
+from splitsource._planning import build_source
+from splitsource.runtime._source_reader import SourceReader, call_with_retry
+
+__all__ = ["conform_batch", "read_splits"]
+
+
+def conform_batch(batch: pa.RecordBatch, expected: pa.Schema) -> pa.RecordBatch:
+    """Return ``batch`` in exactly ``expected`` (field nullability and metadata included); casts if needed."""
+    if batch.schema.equals(expected):
+        return batch
+    if batch.schema.remove_metadata().equals(expected, check_metadata=False) or [
+        f.type for f in batch.schema
+    ] == [f.type for f in expected]:
+        return pa.RecordBatch.from_arrays(batch.columns, schema=expected)
+    return batch.cast(expected)
+
+
+def read_splits(options: Mapping[str, str], next_split: Callable[[], Split | None], expected: pa.Schema | None,
+                name: str) -> Iterator[pa.RecordBatch]:
+    """Read the splits ``next_split`` hands out (None: no more) through one :class:`SourceReader`, as Arrow
+    batches in ``expected`` (None: the source's own schema, read with retries: a task may start while a node
+    restarts)."""
+    framework, source = build_source(options)
+    if expected is None:
+        expected = call_with_retry(source, source.schema, framework.retry, f"{name}: reading the schema")
+    reader = SourceReader(source, next_split, queue_capacity=framework.queue_capacity, retry=framework.retry,
+                          name=name)
+    for batch in reader.read():
+        yield conform_batch(batch, expected)

@@ -1,0 +1,197 @@
+"""The Spark engine of the copy job: the batch protocol (:mod:`splitsource.copyjob._protocol`) run as a Spark
+streaming query with ``trigger(availableNow=True)``, Spark's checkpoint holding the offsets.
+
+- **plan**: the copy's stream reader (:class:`CopyStreamReader`, ``format("splitsource-copy")``, registered by
+  :func:`run_copy`) is the general stream reader of ``format("splitsource")``: ``latestOffset`` takes the next
+  batch of splits and Spark writes the offset to its checkpoint before the batch runs;
+- **write**: each read task runs :func:`~splitsource.copyjob._protocol.copy_task` on its splits and emits only its
+  committables (one small row per pending file), so the rows never cross into the JVM and back;
+- **commit**: ``writeStream.format("bucketing")`` with ``input=committables`` commits the batch once
+  (:meth:`~splitsource.sink.BucketingGlobalCommitter.commit_batch`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from serializers import write_envelope
+from splitsource._api import FixedEnumeratorContext
+from splitsource._errors import OptionsError, SplitSourceError
+from splitsource.copyjob._job import committed_rows, failure, root_cause
+from splitsource.copyjob._protocol import CopyRun, EngineResult, copy_task
+from splitsource.copyjob._signals import deferred, stop_requested
+from splitsource.runtime._read import conform_batch
+from splitsource.sink._files import PENDING_FILE_SERIALIZER
+from splitsource.sink._options import parse_sink_options
+from splitsource.spark._reader import SplitsPartition
+from splitsource.spark._sink import COMMITTABLES_SCHEMA
+from splitsource.spark._stream import SplitSourceStreamReader
+
+__all__ = ["CopyDataSource", "CopyStreamReader", "run_copy", "start_session"]
+
+SINK_OPTION = "copy_sink"  # the bucketing sink's options as JSON: the only option the copy's source adds
+
+
+def _task_index() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+class CopyStreamReader(SplitSourceStreamReader):
+    """The stream reader of ``format("splitsource")`` whose read tasks write the rows into pending files and
+    emit their committables (:data:`~splitsource.spark._sink.COMMITTABLES_SCHEMA`)."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        options = {k.lower(): v for k, v in options.items()}
+        raw = options.pop(SINK_OPTION, "")
+        try:
+            self._sink = parse_sink_options(json.loads(raw))
+        except ValueError:
+            raise OptionsError(f"option '{SINK_OPTION}' is not JSON (it is set by splitsource copy)") from None
+        super().__init__(options, schema)
+        self._committables = self._expected
+        self._expected = None  # the files hold the source's own schema, as the local engine writes them
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SplitsPartition)
+        partition.environment.check()
+        remaining = iter(partition.splits)
+        result = copy_task(self._options, self._sink, lambda: next(remaining, None), _task_index(),
+                           f"partition-{len(partition.splits)}")
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array([write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files], pa.binary()),
+             pa.array([f.rows for f in result.files], pa.int64())], schema=COMMITTABLES_SCHEMA)
+        assert self._committables is not None
+        yield conform_batch(batch, self._committables)
+
+
+class CopyDataSource(DataSource):
+    """``format("splitsource-copy")``: the copy job's stream of committables (not for users: see ``copy``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "splitsource-copy"
+
+    def schema(self) -> StructType:
+        return from_arrow_schema(COMMITTABLES_SCHEMA)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        return CopyStreamReader(self.options, schema)
+
+
+def start_session(master: str) -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    quiet = Path(__file__).with_name("resources") / "log4j2-quiet.properties"
+    # the driver JVM is started by spark-submit before any SparkConf applies: its own options go on its command
+    # line, or Spark prints its default logging banner (left alone when the user set PYSPARK_SUBMIT_ARGS)
+    java_options = f"-Dlog4j2.configurationFile=file:{quiet} -XX:TieredStopAtLevel=1"
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options {shlex.quote(java_options)} pyspark-shell")
+    try:
+        return _start_session(SparkSession, master, quiet)
+    except Exception as exc:  # a bad master URL, no Java: one line, not the gateway's stack
+        raise OptionsError(f"--master {master}: Spark cannot start: {root_cause(exc)}") from None
+
+
+def _start_session(SparkSession: Any, master: str, quiet: Path) -> Any:  # noqa: N803 - the class, passed in
+    spark = (SparkSession.builder.master(master).appName("splitsource copy")
+             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
+             # C1 only: a copy's JVM schedules and commits, it runs no heavy code; measured 2 s less start-up
+             .config("spark.driver.extraJavaOptions",
+                     f"-Dlog4j2.configurationFile=file:{quiet} -XX:TieredStopAtLevel=1")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("OFF")
+    return spark
+
+
+def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> EngineResult:
+    """Run the copy as a streaming query on ``spark`` (or a session of its own on ``master``, stopped after)."""
+    source, read_options, sink_raw, committer = run.source, run.read_options, run.sink_raw, run.committer
+    checkpoint, progress, rows_before = run.checkpoint, run.progress, run.rows_before
+    enumerator = source.create_enumerator(FixedEnumeratorContext(2))
+    enumerator.start()
+    total_estimate = enumerator.estimated_total_splits() or -1
+    enumerator.close()
+    own_session = spark is None
+    spark = spark or start_session(master)
+    batches: set[int] = set()
+    last_offset: dict[str, Any] = {"taken": _splits_from_checkpoint(checkpoint), "total": total_estimate}
+    # the read tasks write the part files themselves and hand only their committables to the sink's commit
+    stream_options = {**read_options, SINK_OPTION: json.dumps(dict(sink_raw))}
+    try:
+        spark.dataSource.register(CopyDataSource)
+        frame = spark.readStream.format(CopyDataSource.name()).options(**stream_options).load()
+        writer = frame.writeStream.format("bucketing").options(
+            **{k: v for k, v in sink_raw.items() if k != "path"}, input="committables")
+        query = (writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+                 .queryName(f"splitsource-copy-{os.getpid()}").start(sink_raw["path"]))
+        try:
+            committed, seen = rows_before, 0
+            with deferred():  # SIGTERM must not interrupt a py4j call: it is handled here, between calls
+                while not query.awaitTermination(1.0):
+                    if stop_requested():
+                        query.stop()
+                        break
+                    _collect_progress(query, batches, last_offset)
+                    if progress is not None:
+                        if len(batches) != seen:  # the commit log changes only when a batch commits
+                            committed, seen = committed_rows(committer), len(batches)
+                        progress(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)),
+                                 committed - rows_before)
+            _collect_progress(query, batches, last_offset)
+        except KeyboardInterrupt:
+            query.stop()
+            raise
+        error = query.exception()
+        if error is not None:
+            raise failure(root_cause(error), str(error), checkpoint)
+    except SplitSourceError:
+        raise
+    except Exception as exc:  # Spark's own exceptions: keep the message, drop the JVM stack
+        raise failure(root_cause(exc), str(exc), checkpoint) from None
+    finally:
+        if own_session:
+            spark.stop()
+    return EngineResult(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)), len(batches))
+
+
+def _collect_progress(query: Any, batches: set[int], last_offset: dict[str, Any]) -> None:
+    for report in query.recentProgress:
+        if int(report["numInputRows"]) > 0:  # Spark's no-op batches carry no data: not batches of the copy
+            batches.add(int(report["batchId"]))
+        sources = report.get("sources") or []
+        if sources and sources[0].get("endOffset"):
+            end = sources[0]["endOffset"]
+            offset = json.loads(end) if isinstance(end, str) else end
+            if int(offset.get("taken", 0)) >= int(last_offset.get("taken", 0)):
+                last_offset.update(taken=offset.get("taken", 0), total=offset.get("total", -1))
+
+
+def _splits_from_checkpoint(checkpoint: str) -> int:
+    """Splits taken so far, from the newest offset in Spark's checkpoint (a resumed copy with nothing left)."""
+    offsets = Path(checkpoint) / "offsets"
+    if not offsets.is_dir():
+        return 0
+    newest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name), default=None)
+    if newest is None:
+        return 0
+    for line in reversed(newest.read_text().splitlines()):
+        if line.startswith("{") and '"taken"' in line:
+            return int(json.loads(line).get("taken", 0))
+    return 0

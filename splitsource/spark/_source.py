@@ -1,0 +1,53 @@
+"""The ``splitsource`` Spark data source: batch reads of any connector through the FLIP-27 contracts.
+
+``spark.read.format("splitsource").option("connector", NAME).options(...).load()``
+
+Framework options (every other option goes to the connector; ``splitsource options --connector NAME`` prints
+both), generated from :class:`~splitsource._planning.FrameworkOptions`:
+
+{options}
+
+Runs in Spark's Python workers, not in the user's process: the driver-side worker calls ``partitions()`` (the
+enumerator runs to the end once), executor workers call ``read()`` for each partition.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from splitsource._options import options_table
+from splitsource._planning import FrameworkOptions, build_source
+from splitsource.spark._reader import SplitSourceBatchReader, spark_arrow_schema
+from splitsource.spark._stream import SplitSourceStreamReader
+
+__all__ = ["SplitSourceDataSource"]
+
+__doc__ = (__doc__ or "").replace("{options}", options_table(FrameworkOptions, "text"))
+
+
+class SplitSourceDataSource(DataSource):
+    """``format("splitsource")``: read any splitsource connector into Spark.
+
+    Example::
+
+        df = (spark.read.format("splitsource")
+              .option("connector", "generator").option("rows", "1000000").load())
+
+    See the module docstring for the framework options and each connector's docs for its own.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "splitsource"
+
+    def schema(self) -> StructType:
+        _, source = build_source(self.options)
+        return spark_arrow_schema(source.schema())[0]
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        build_source(self.options)  # fail on bad options in the driver, before any task starts
+        return SplitSourceBatchReader(self.options, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
+        return SplitSourceStreamReader(self.options, schema)
