@@ -8,11 +8,13 @@ options, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Errors are one line
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 
 from splitsource._errors import OptionsError, SplitSourceError
 from splitsource.copyjob._signals import Terminated, on_sigterm
@@ -115,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--max-splits-per-batch", type=int, default=0,
                       help="splits per committed batch (default: by estimated size, 256 MiB)")
     copy.add_argument("--quiet", action="store_true", help="no progress, only the summary")
+    copy.add_argument("--summary-json", metavar="FILE",
+                      help="also write the outcome as JSON to FILE, for schedulers: status (finished or failed), "
+                           "the summary's figures or the error, and the exit code")
     copy.add_argument("--overwrite", action="store_true",
                       help="start over: delete every file of the output and the checkpoint's progress first")
 
@@ -143,7 +148,20 @@ def _copy(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
     )
     print(summary.text())
+    if args.summary_json:
+        _write_summary(args.summary_json, {"status": "finished", "exit_code": EXIT_OK, "engine": args.engine,
+                                           **asdict(summary)})
     return EXIT_OK
+
+
+def _write_summary(path: str, outcome: dict[str, object]) -> None:
+    """Write ``outcome`` to ``path`` atomically (a scheduler never reads half a file)."""
+    target = os.path.abspath(path)
+    temporary = f"{target}.tmp-{os.getpid()}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        json.dump(outcome, f, indent=2)
+        f.write("\n")
+    os.replace(temporary, target)
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -160,31 +178,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _quiet_logging()
     signal.signal(signal.SIGTERM, on_sigterm)
+    code, message = _run(args)
+    if message:
+        print(f"splitsource {args.command}: {message}", file=sys.stderr)
+    summary_path = getattr(args, "summary_json", None)
+    if code != EXIT_OK and summary_path:
+        try:
+            _write_summary(summary_path, {"status": "failed", "exit_code": code, "error": message})
+        except OSError as exc:
+            print(f"splitsource {args.command}: cannot write --summary-json {summary_path}: {exc.strerror}",
+                  file=sys.stderr)
+    return code
+
+
+def _run(args: argparse.Namespace) -> tuple[int, str]:
+    """The command's exit code and, when it failed, its one-line message."""
     try:
-        return {"copy": _copy, "verify": _verify, "options": _options}[args.command](args)
+        return {"copy": _copy, "verify": _verify, "options": _options}[args.command](args), ""
     except OptionsError as exc:
-        print(f"splitsource {args.command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE, str(exc)
     except SplitSourceError as exc:  # CheckpointError, CopyError, SinkError, SplitReadError, ...
-        print(f"splitsource {args.command}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_FAILED, str(exc)
     except OSError as exc:  # a file system refused: permission, no space, a path that is a file
-        print(f"splitsource {args.command}: {exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}",
-              file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_FAILED, f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}"
     except Terminated:
-        print(f"splitsource {args.command}: terminated (SIGTERM); run the same command again to resume",
-              file=sys.stderr)
-        return EXIT_TERMINATED
+        return EXIT_TERMINATED, "terminated (SIGTERM); run the same command again to resume"
     except KeyboardInterrupt:
-        print(f"splitsource {args.command}: interrupted; run the same command again to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED, "interrupted; run the same command again to resume"
     except Exception as exc:  # a bug or an error nothing above names: still one line (SPLITSOURCE_DEBUG=1: the stack)
         if os.environ.get("SPLITSOURCE_DEBUG"):
             raise
-        print(f"splitsource {args.command}: unexpected {type(exc).__name__}: {exc} (SPLITSOURCE_DEBUG=1 shows where)",
-              file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_FAILED, f"unexpected {type(exc).__name__}: {exc} (SPLITSOURCE_DEBUG=1 shows where)"
 
 
 if __name__ == "__main__":

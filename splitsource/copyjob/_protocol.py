@@ -78,10 +78,11 @@ class TaskResult:
 
 
 def copy_task(options: Mapping[str, str], sink: BucketingSinkOptions, next_split: Callable[[], Split | None],
-              index: int, name: str, on_rows: Callable[[int], None] | None = None) -> TaskResult:
+              index: int, name: str, on_progress: Callable[[int, int, bool], None] | None = None) -> TaskResult:
     """Step 2: read the splits ``next_split`` hands out (None: no more) and write their rows, in the source's own
-    Arrow schema, into pending files of task ``index``; ``on_rows(rows so far)`` after each batch. On any
-    failure the task's in-progress files are removed and the error propagates: nothing of it is committed."""
+    Arrow schema, into pending files of task ``index``. ``on_progress(splits finished, rows read, final)`` after
+    each batch and once at the end. On any failure the task's in-progress files are removed and the error
+    propagates: nothing of it is committed."""
     splits = 0
     rows = 0
 
@@ -95,9 +96,11 @@ def copy_task(options: Mapping[str, str], sink: BucketingSinkOptions, next_split
         nonlocal rows
         for batch in read_splits(options, counted_split, None, name):
             rows += batch.num_rows
-            if on_rows is not None:
-                on_rows(rows)
+            if on_progress is not None:  # a reader asks for its next split once the one before is finished
+                on_progress(max(splits - 1, 0), rows, False)
             yield batch
 
     files = tuple(write_files(sink, batches(), index))
+    if on_progress is not None:
+        on_progress(splits, rows, True)
     return TaskResult(files, sum(f.rows for f in files), splits)

@@ -67,11 +67,11 @@ def run_task(task: dict[str, Any], ask: Callable[[dict[str, Any]], dict[str, Any
         split: Split = read_envelope(serializer, data)
         return split
 
-    def on_rows(count: int) -> None:
-        rows[0] = count
+    def on_progress(splits: int, count: int, final: bool) -> None:
+        rows[0] = count  # reported with the next request for a split
 
     result = copy_task(options, parse_sink_options(task["sink"]), next_split, task["index"],
-                       f"worker-{task['index']}", on_rows)
+                       f"worker-{task['index']}", on_progress)
     return {"files": [write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files],
             "rows": result.rows, "splits": result.splits}
 

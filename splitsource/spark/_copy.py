@@ -16,11 +16,13 @@ import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -33,21 +35,75 @@ from splitsource.copyjob._protocol import CopyRun, EngineResult, copy_task
 from splitsource.copyjob._signals import deferred, stop_requested
 from splitsource.runtime._read import conform_batch
 from splitsource.sink._files import PENDING_FILE_SERIALIZER
+from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
 from splitsource.sink._options import parse_sink_options
 from splitsource.spark._reader import SplitsPartition
 from splitsource.spark._sink import COMMITTABLES_SCHEMA
 from splitsource.spark._stream import SplitSourceStreamReader
 
-__all__ = ["CopyDataSource", "CopyStreamReader", "run_copy", "start_session"]
+__all__ = ["CopyDataSource", "CopyStreamReader", "TaskProgress", "live_progress", "run_copy", "start_session"]
 
-SINK_OPTION = "copy_sink"  # the bucketing sink's options as JSON: the only option the copy's source adds
+SINK_OPTION = "copy_sink"  # the bucketing sink's options as JSON
+PROGRESS_OPTION = "copy_progress"  # a directory the read tasks report their progress into
+PROGRESS_DIR = "progress"  # in the checkpoint: <batch>-<partition>.json, one per running read task
+_REPORT_EVERY_S = 0.5
 
 
-def _task_index() -> int:
+class TaskProgress:
+    """A read task's progress, written as ``<directory>/<batch>-<partition>.json`` (atomically, at most every
+    half second, and at the end), where the driver adds it up: Spark's own metrics reach the driver only when the
+    batch ends. Best effort: a report that cannot be written is skipped, never a failure of the task."""
+
+    def __init__(self, directory: str, batch: int, partition: int) -> None:
+        self._fs, base = resolve_filesystem(directory)
+        self._path = f"{base}/{batch}-{partition}.json"
+        self._last = 0.0
+
+    def __call__(self, splits: int, rows: int, final: bool) -> None:
+        now = time.monotonic()
+        if not final and now - self._last < _REPORT_EVERY_S:
+            return
+        self._last = now
+        try:
+            write_atomically(self._fs, self._path, json.dumps({"splits": splits, "rows": rows}).encode())
+        except OSError:
+            pass
+
+
+def live_progress(directory: str, after_batch: int) -> tuple[int, int]:
+    """(splits, rows) the read tasks of batches after ``after_batch`` have reported; reports of batches up to it
+    (committed) are removed."""
+    fs, base = resolve_filesystem(directory)
+    splits = rows = 0
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    except OSError:
+        return 0, 0
+    for info in infos:
+        batch, _, rest = info.base_name.partition("-")
+        if not batch.isdigit() or not rest.endswith(".json"):
+            continue
+        try:
+            if int(batch) <= after_batch:
+                fs.delete_file(info.path)
+                continue
+            report = json.loads(read_text(fs, info.path))
+            splits += int(report["splits"])
+            rows += int(report["rows"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being replaced, or gone: the next poll sees it
+    return splits, rows
+
+
+def _task_context() -> tuple[int, int]:
+    """(partition, micro-batch id) of the running task."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    return ctx.partitionId() if ctx is not None else 0
+    if ctx is None:
+        return 0, -1
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    return ctx.partitionId(), int(batch) if batch not in (None, "") else -1
 
 
 class CopyStreamReader(SplitSourceStreamReader):
@@ -57,6 +113,7 @@ class CopyStreamReader(SplitSourceStreamReader):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         options = {k.lower(): v for k, v in options.items()}
         raw = options.pop(SINK_OPTION, "")
+        self._progress_dir = options.pop(PROGRESS_OPTION, "")
         try:
             self._sink = parse_sink_options(json.loads(raw))
         except ValueError:
@@ -69,8 +126,10 @@ class CopyStreamReader(SplitSourceStreamReader):
         assert isinstance(partition, SplitsPartition)
         partition.environment.check()
         remaining = iter(partition.splits)
-        result = copy_task(self._options, self._sink, lambda: next(remaining, None), _task_index(),
-                           f"partition-{len(partition.splits)}")
+        index, batch_id = _task_context()
+        report = TaskProgress(self._progress_dir, batch_id, index) if self._progress_dir else None
+        result = copy_task(self._options, self._sink, lambda: next(remaining, None), index,
+                           f"partition-{len(partition.splits)}", report)
         batch = pa.RecordBatch.from_arrays(
             [pa.array([write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files], pa.binary()),
              pa.array([f.rows for f in result.files], pa.int64())], schema=COMMITTABLES_SCHEMA)
@@ -133,7 +192,11 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
     batches: set[int] = set()
     last_offset: dict[str, Any] = {"taken": _splits_from_checkpoint(checkpoint), "total": total_estimate}
     # the read tasks write the part files themselves and hand only their committables to the sink's commit
-    stream_options = {**read_options, SINK_OPTION: json.dumps(dict(sink_raw))}
+    progress_dir = f"{checkpoint}/{PROGRESS_DIR}"
+    _remove_tree(progress_dir)  # reports of a run that was killed
+    fs, base = resolve_filesystem(progress_dir)
+    fs.create_dir(base, recursive=True)
+    stream_options = {**read_options, SINK_OPTION: json.dumps(dict(sink_raw)), PROGRESS_OPTION: progress_dir}
     try:
         spark.dataSource.register(CopyDataSource)
         frame = spark.readStream.format(CopyDataSource.name()).options(**stream_options).load()
@@ -148,12 +211,14 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
                     if stop_requested():
                         query.stop()
                         break
-                    _collect_progress(query, batches, last_offset)
+                    done_batch = _collect_progress(query, batches, last_offset)
                     if progress is not None:
                         if len(batches) != seen:  # the commit log changes only when a batch commits
                             committed, seen = committed_rows(committer), len(batches)
-                        progress(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)),
-                                 committed - rows_before)
+                        # what the running batch's tasks report, on top of what is committed
+                        live_splits, live_rows = live_progress(progress_dir, done_batch)
+                        progress(int(last_offset.get("taken", 0)) + live_splits, int(last_offset.get("total", -1)),
+                                 committed - rows_before + live_rows)
             _collect_progress(query, batches, last_offset)
         except KeyboardInterrupt:
             query.stop()
@@ -168,11 +233,15 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
     finally:
         if own_session:
             spark.stop()
+        _remove_tree(progress_dir)
     return EngineResult(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)), len(batches))
 
 
-def _collect_progress(query: Any, batches: set[int], last_offset: dict[str, Any]) -> None:
+def _collect_progress(query: Any, batches: set[int], last_offset: dict[str, Any]) -> int:
+    """Record the completed batches and the newest offset; returns the newest completed batch id (-1: none)."""
+    done = -1
     for report in query.recentProgress:
+        done = max(done, int(report["batchId"]))
         if int(report["numInputRows"]) > 0:  # Spark's no-op batches carry no data: not batches of the copy
             batches.add(int(report["batchId"]))
         sources = report.get("sources") or []
@@ -181,6 +250,15 @@ def _collect_progress(query: Any, batches: set[int], last_offset: dict[str, Any]
             offset = json.loads(end) if isinstance(end, str) else end
             if int(offset.get("taken", 0)) >= int(last_offset.get("taken", 0)):
                 last_offset.update(taken=offset.get("taken", 0), total=offset.get("total", -1))
+    return done
+
+
+def _remove_tree(directory: str) -> None:
+    try:
+        fs, base = resolve_filesystem(directory)
+        fs.delete_dir(base)
+    except (OSError, FileNotFoundError):
+        pass
 
 
 def _splits_from_checkpoint(checkpoint: str) -> int:

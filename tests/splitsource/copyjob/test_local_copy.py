@@ -153,3 +153,22 @@ def test_a_corrupt_local_offset_is_one_line_with_safe_advice(tmp_path: Path, fie
     lines = again.stderr.strip().splitlines()
     assert len(lines) == 1 and "offset cannot be read" in lines[0], lines
     assert "to start over, run the same copy with --overwrite" in lines[0]
+
+
+def test_summary_json_tells_a_scheduler_what_happened(tmp_path: Path) -> None:
+    import json
+
+    out, report = tmp_path / "out", tmp_path / "summary.json"
+    done = run(["copy", "--engine", "local", "--quiet", "--connector", "generator", "-o", "rows=5000",
+                "-o", "split_rows=1000", "--output", str(out), "--summary-json", str(report)])
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(report.read_text())
+    assert outcome["status"] == "finished" and outcome["exit_code"] == 0 and outcome["engine"] == "local"
+    assert outcome["total_rows"] == 5000 and outcome["splits"] == 5 and outcome["files"] >= 1
+    assert outcome["bytes"] == sum(p.stat().st_size for p in out.rglob("*.parquet"))
+    bad = run(["copy", "--engine", "local", "--connector", "generator", "-o", "rowz=5", "--output",
+               str(tmp_path / "other"), "--summary-json", str(report)])
+    assert bad.returncode == 2
+    failed = json.loads(report.read_text())
+    assert failed["status"] == "failed" and failed["exit_code"] == 2 and "rowz" in failed["error"]
+    assert bad.stderr.count("\n") == 1 and "rowz" in bad.stderr
