@@ -156,12 +156,10 @@ def _copy(args: argparse.Namespace) -> int:
 
 def _write_summary(path: str, outcome: dict[str, object]) -> None:
     """Write ``outcome`` to ``path`` atomically (a scheduler never reads half a file)."""
-    target = os.path.abspath(path)
-    temporary = f"{target}.tmp-{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(outcome, f, indent=2)
-        f.write("\n")
-    os.replace(temporary, target)
+    from splitsource.sink._formats import resolve_filesystem, write_atomically
+
+    fs, target = resolve_filesystem(os.path.abspath(path) if "://" not in path else path)
+    write_atomically(fs, target, (json.dumps(outcome, indent=2) + "\n").encode())
 
 
 def _verify(args: argparse.Namespace) -> int:

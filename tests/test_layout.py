@@ -106,7 +106,6 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 out.append(sorted(component))
 
-    sys.setrecursionlimit(10_000)
     for node in sorted(graph):
         if node not in index:
             visit(node)

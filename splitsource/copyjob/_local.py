@@ -25,7 +25,6 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from typing import IO, Any
 
 from serializers import read_envelope, write_envelope
@@ -46,16 +45,9 @@ from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PENDING_FILE_SERIALIZER
 from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
 
-__all__ = ["LOCAL_DIR", "LocalRun", "run_copy", "run_local"]
+__all__ = ["LOCAL_DIR", "run_copy", "run_local"]
 
 LOCAL_DIR = "local"  # in the checkpoint: offsets/<batch>, workers.log
-
-
-@dataclass(frozen=True)
-class LocalRun:
-    batches: int  # batches committed by this run
-    taken: int  # splits of the source committed (over all runs)
-    total: int  # the enumerator's estimate of all splits (-1: unknown)
 
 
 class _Workers:
@@ -168,7 +160,7 @@ def _prune_offsets(fs: Any, root: str, keep_from: int) -> None:
 
 
 def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], committer: BucketingGlobalCommitter,
-              checkpoint: str, workers: int, progress: ProgressFn | None = None, *, query_id: str) -> LocalRun:
+              checkpoint: str, workers: int, progress: ProgressFn | None = None, *, query_id: str) -> EngineResult:
     """Copy every split not committed yet (see the module docstring); returns what this run did.
 
     ``query_id`` names this copy's batches in the output's commit log: the copy's ownership token, kept in both
@@ -232,14 +224,13 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
         pool.close()
         if not isinstance(log, int):
             log.close()
-    return LocalRun(batches, int(start["taken"]) if start else 0, total)
+    return EngineResult(int(start["taken"]) if start else 0, total, batches)
 
 
 def run_copy(run: CopyRun, *, workers: int = 0) -> EngineResult:
     """The copy job's entry to this engine (see :class:`~splitsource.copyjob._protocol.CopyRun`)."""
     try:
-        done = run_local(run.read_options, run.sink_raw, run.committer, run.checkpoint,
+        return run_local(run.read_options, run.sink_raw, run.committer, run.checkpoint,
                          workers or os.cpu_count() or 1, run.progress, query_id=run.token)
     except LocalCopyFailed as exc:
         raise failure(str(exc), exc.detail or str(exc), run.checkpoint) from None
-    return EngineResult(done.taken, done.total, done.batches)

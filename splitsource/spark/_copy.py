@@ -38,7 +38,7 @@ from splitsource.sink._files import PENDING_FILE_SERIALIZER
 from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
 from splitsource.sink._options import parse_sink_options
 from splitsource.spark._reader import SplitsPartition
-from splitsource.spark._sink import COMMITTABLES_SCHEMA
+from splitsource.spark._sink import COMMITTABLES_SCHEMA, task_context
 from splitsource.spark._stream import SplitSourceStreamReader
 
 __all__ = ["CopyDataSource", "CopyStreamReader", "TaskProgress", "live_progress", "run_copy", "start_session"]
@@ -95,17 +95,6 @@ def live_progress(directory: str, after_batch: int) -> tuple[int, int]:
     return splits, rows
 
 
-def _task_context() -> tuple[int, int]:
-    """(partition, micro-batch id) of the running task."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if ctx is None:
-        return 0, -1
-    batch = ctx.getLocalProperty("streaming.sql.batchId")
-    return ctx.partitionId(), int(batch) if batch not in (None, "") else -1
-
-
 class CopyStreamReader(SplitSourceStreamReader):
     """The stream reader of ``format("splitsource")`` whose read tasks write the rows into pending files and
     emit their committables (:data:`~splitsource.spark._sink.COMMITTABLES_SCHEMA`)."""
@@ -118,23 +107,20 @@ class CopyStreamReader(SplitSourceStreamReader):
             self._sink = parse_sink_options(json.loads(raw))
         except ValueError:
             raise OptionsError(f"option '{SINK_OPTION}' is not JSON (it is set by splitsource copy)") from None
-        super().__init__(options, schema)
-        self._committables = self._expected
-        self._expected = None  # the files hold the source's own schema, as the local engine writes them
+        super().__init__(options, schema)  # the schema is the committables'; the files hold the source's own
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitsPartition)
         partition.environment.check()
         remaining = iter(partition.splits)
-        index, batch_id = _task_context()
+        index, _, batch_id = task_context()
         report = TaskProgress(self._progress_dir, batch_id, index) if self._progress_dir else None
         result = copy_task(self._options, self._sink, lambda: next(remaining, None), index,
                            f"partition-{len(partition.splits)}", report)
         batch = pa.RecordBatch.from_arrays(
             [pa.array([write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files], pa.binary()),
              pa.array([f.rows for f in result.files], pa.int64())], schema=COMMITTABLES_SCHEMA)
-        assert self._committables is not None
-        yield conform_batch(batch, self._committables)
+        yield conform_batch(batch, self._expected)
 
 
 class CopyDataSource(DataSource):
@@ -257,7 +243,7 @@ def _remove_tree(directory: str) -> None:
     try:
         fs, base = resolve_filesystem(directory)
         fs.delete_dir(base)
-    except (OSError, FileNotFoundError):
+    except OSError:
         pass
 
 

@@ -31,7 +31,7 @@ from splitsource.sink._formats import resolve_filesystem
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 from splitsource.sink._writer import write_files
 
-__all__ = ["COMMITTABLES_SCHEMA", "BucketingCommitMessage", "BucketingDataSource"]
+__all__ = ["COMMITTABLES_SCHEMA", "BucketingCommitMessage", "BucketingDataSource", "task_context"]
 
 # input 'committables': rows that each name a pending file a task already wrote (versioned bytes) and its rows
 COMMITTABLES_SCHEMA = pa.schema([pa.field("file", pa.binary(), nullable=False),
@@ -50,7 +50,8 @@ class BucketingCommitMessage(WriterCommitMessage):
         return [read_envelope(PENDING_FILE_SERIALIZER, data) for data in self.files]
 
 
-def _task_context() -> tuple[int, str, int]:
+def task_context() -> tuple[int, str, int]:
+    """(partition, streaming query id, micro-batch id) of the running task ("" and -1 outside a stream)."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -62,7 +63,7 @@ def _task_context() -> tuple[int, str, int]:
 
 
 def _task_output(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
-    partition, query_id, batch_id = _task_context()
+    partition, query_id, batch_id = task_context()
     if options.input == "rows":  # write this task's rows into pending files; on failure its files are removed
         files = write_files(options, batches, partition)
         return BucketingCommitMessage(tuple(write_envelope(PENDING_FILE_SERIALIZER, f) for f in files), query_id,

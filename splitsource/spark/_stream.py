@@ -49,7 +49,7 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._options = dict(options)
-        self._expected: pa.Schema | None = to_arrow_schema(schema, timezone="UTC")
+        self._expected = to_arrow_schema(schema, timezone="UTC")
         framework, source = build_source(self._options)
         self._framework = framework
         self._fingerprint = source_fingerprint(source)
