@@ -21,13 +21,17 @@ __all__ = [
     "FRAMEWORK_KEYS",
     "BatchLimit",
     "FrameworkOptions",
+    "ReadRate",
     "RetryPolicy",
     "TaskEnvironment",
     "all_splits",
     "batch_limit",
     "build_source",
+    "concurrent_readers",
     "pack_splits",
 ]
+
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,23 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True)
+class ReadRate:
+    """A read rate limit: rows and bytes (of Arrow data emitted) per second; 0: no such limit."""
+
+    rows_per_s: float = 0.0
+    bytes_per_s: float = 0.0
+
+    @property
+    def limited(self) -> bool:
+        return self.rows_per_s > 0 or self.bytes_per_s > 0
+
+    def shared(self, readers: int) -> ReadRate:
+        """One reader's part of this rate when ``readers`` readers run at once."""
+        readers = max(readers, 1)
+        return ReadRate(self.rows_per_s / readers, self.bytes_per_s / readers)
+
+
+@dataclass(frozen=True)
 class FrameworkOptions:
     """Options the framework reads itself, for any connector; every other option is the connector's."""
 
@@ -73,6 +94,18 @@ class FrameworkOptions:
                                        minimum=0)
     max_bytes_per_batch_mb: float = option(256.0, doc="streaming and copy: estimated size of a batch's splits",
                                            minimum=0.001)
+    max_rows_per_second: float = option(0.0, doc="the whole job reads at most this many rows per second, shared "
+                                             "by the readers that run at once (0: no limit)", minimum=0.0)
+    max_mb_per_second: float = option(0.0, doc="and at most this many MiB of Arrow data per second (0: no limit)",
+                                      minimum=0.0)
+    reader_slots: int = option(0, doc="readers that run at once, among which the limits are shared (0: the "
+                                      "engine's: copy --workers, Spark's default parallelism for copy, the read's "
+                                      "partitions for spark.read)", minimum=0)
+
+    @property
+    def rate(self) -> ReadRate:
+        """The job's read rate limit (see :func:`concurrent_readers` for its share per reader)."""
+        return ReadRate(self.max_rows_per_second, self.max_mb_per_second * MIB)
 
     @property
     def retry(self) -> RetryPolicy:
@@ -100,6 +133,14 @@ def build_source(options: Mapping[str, str]) -> tuple[FrameworkOptions, Source[A
     )
     connector_options = {k: v for k, v in lowered.items() if k not in FRAMEWORK_KEYS and k not in _SPARK_KEYS}
     return framework, resolve_connector(framework.connector)(connector_options)
+
+
+def concurrent_readers(framework: FrameworkOptions, tasks: int, slots: int = 0) -> int:
+    """How many of a batch's ``tasks`` reader tasks run at once: at most ``reader_slots`` (when set), else the
+    engine's ``slots`` (0: unknown, all of them). A task's share of the job's rate is ``1 / concurrent_readers``:
+    together they never read faster than the limit, and reach it while every slot has a task."""
+    slots = framework.reader_slots or slots or tasks
+    return max(1, min(tasks, slots))
 
 
 def all_splits(source: Source[Any, Any, Any, Any], parallelism: int) -> list[Split]:
@@ -154,7 +195,7 @@ def pack_splits(
 
 def pack_for(framework: FrameworkOptions, splits: Sequence[Split]) -> list[tuple[Split, ...]]:
     """:func:`pack_splits` with the framework options' sizes."""
-    return pack_splits(splits, target_bytes=int(framework.partition_size_mb * 1024 * 1024),
+    return pack_splits(splits, target_bytes=int(framework.partition_size_mb * MIB),
                        partitions=framework.partitions, min_partitions=framework.min_partitions)
 
 
@@ -170,7 +211,7 @@ class BatchLimit:
 def batch_limit(framework: FrameworkOptions) -> BatchLimit:
     if framework.max_splits_per_batch > 0:
         return BatchLimit(max_splits=framework.max_splits_per_batch)
-    return BatchLimit(max_bytes=int(framework.max_bytes_per_batch_mb * 1024 * 1024))
+    return BatchLimit(max_bytes=int(framework.max_bytes_per_batch_mb * MIB))
 
 
 @dataclass(frozen=True)

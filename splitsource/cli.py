@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from splitsource._errors import OptionsError, SplitSourceError
@@ -61,6 +61,20 @@ def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
             raise OptionsError(f"{flag} {item!r}: expected KEY=VALUE")
         out[key.strip()] = value
     return out
+
+
+def _rate(flag: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value >= 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of at least 0 (0: no limit)")
+        return value
+
+    parse.__name__ = flag  # argparse names the flag in its message
+    return parse
 
 
 def _sink_table() -> str:
@@ -116,6 +130,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="worker processes (default: one per core); --engine local only")
     copy.add_argument("--max-splits-per-batch", type=int, default=0,
                       help="splits per committed batch (default: by estimated size, 256 MiB)")
+    copy.add_argument("--max-rows-per-second", type=_rate("--max-rows-per-second"), default=0.0, metavar="N",
+                      help="read at most N rows per second over the whole copy, shared by its readers (default: "
+                           "no limit); for a cluster that serves live traffic")
+    copy.add_argument("--max-mb-per-second", type=_rate("--max-mb-per-second"), default=0.0, metavar="N",
+                      help="read at most N MiB (of Arrow data) per second over the whole copy (default: no limit)")
     copy.add_argument("--quiet", action="store_true", help="no progress, only the summary")
     copy.add_argument("--summary-json", metavar="FILE",
                       help="also write the outcome as JSON to FILE, for schedulers: status (finished or failed), "
@@ -144,6 +163,7 @@ def _copy(args: argparse.Namespace) -> int:
         args.connector, _pairs(args.option, "-o"), args.output, format=args.format, bucketer=args.bucketer,
         sink_options=_pairs(args.sink_option, "--sink-option"), checkpoint=args.checkpoint,
         master=args.master or "local[2]", max_splits_per_batch=args.max_splits_per_batch,
+        max_rows_per_second=args.max_rows_per_second, max_mb_per_second=args.max_mb_per_second,
         progress=None if args.quiet else Progress(), engine=args.engine, workers=args.workers,
         overwrite=args.overwrite,
     )

@@ -20,7 +20,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 import pyarrow.fs as pafs
@@ -55,6 +55,9 @@ class CopySummary:
     resumed: bool
     output: str
     checkpoint: str
+    retries: int = 0  # transient read errors resumed from the split state, this run
+    throttled_s: float = 0.0  # seconds readers slept to keep to the read rate limit, this run (summed)
+    split_rows: dict[str, int] = field(default_factory=dict)  # rows per split committed by this run
 
     def text(self) -> str:
         lines = [
@@ -62,9 +65,10 @@ class CopySummary:
             f"{self.splits} splits",
             f"this run: {self.rows:,} rows in {self.batches} batches, {self.seconds:.1f} s, {self.rows_per_s:,.0f} "
             f"rows/s{' (resumed from the checkpoint)' if self.resumed else ''}",
-            f"output:     {self.output}",
-            f"checkpoint: {self.checkpoint}",
         ]
+        if self.retries or self.throttled_s:
+            lines.append(f"readers: {self.retries} transient errors resumed, {self.throttled_s:.1f} s throttled")
+        lines += [f"output:     {self.output}", f"checkpoint: {self.checkpoint}"]
         return "\n".join(lines)
 
 
@@ -192,6 +196,8 @@ def copy(
     checkpoint: str | None = None,
     master: str = "local[2]",
     max_splits_per_batch: int = 0,
+    max_rows_per_second: float = 0,
+    max_mb_per_second: float = 0,
     progress: Progress | None = None,
     spark: Any = None,
     engine: str = "spark",
@@ -202,6 +208,8 @@ def copy(
 
     ``engine``: ``spark`` (a Spark streaming query on ``master``) or ``local`` (``workers`` processes on this
     machine, default one per core, no JVM); both commit the same way, a checkpoint belongs to one engine.
+    ``max_rows_per_second`` and ``max_mb_per_second`` limit the whole copy's read rate (0: none), shared by the
+    readers that run at once; a re-run may change them.
 
     An output has one owner (see ``splitsource.copyjob._ownership``): a copy holds a lock on its output and checkpoint
     while it runs, and refuses an output another copy owns. ``overwrite`` deletes what the output holds and the
@@ -225,8 +233,10 @@ def copy(
     checkpoint = checkpoint or default_checkpoint(output)
     checkpoint = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
     framework_raw = {"connector": connector}
-    if max_splits_per_batch:
-        framework_raw["max_splits_per_batch"] = str(max_splits_per_batch)
+    for key, value in (("max_splits_per_batch", max_splits_per_batch), ("max_rows_per_second", max_rows_per_second),
+                       ("max_mb_per_second", max_mb_per_second)):
+        if value:
+            framework_raw[key] = str(value)
     read_options = {**{k.lower(): str(v) for k, v in source_options.items()}, **framework_raw}
     sink_raw = {"format": format, "bucketer": bucketer, **{k.lower(): str(v) for k, v in (sink_options or {}).items()},
                 "path": output}
@@ -257,7 +267,7 @@ def copy(
                               progress.update if progress is not None else None, rows_before)
                 settings = {"workers": workers} if engine == "local" else {"master": master, "spark": spark}
                 result = _engine(engine).run_copy(run, **settings)
-                splits, total, batches = result.taken, result.total, result.batches
+                splits, total, batches, stats = result.taken, result.total, result.batches, result.stats
             except BaseException:
                 undo_unstarted(output, checkpoint, claimed, committer)
                 raise
@@ -273,7 +283,8 @@ def copy(
     rows = total_rows - rows_before
     seconds = time.monotonic() - started
     summary = CopySummary(rows, total_rows, len(files), size, splits, batches, seconds,
-                          rows / seconds if seconds > 0 else 0.0, resumed, output, checkpoint)
+                          rows / seconds if seconds > 0 else 0.0, resumed, output, checkpoint, stats.retries,
+                          round(stats.throttled_s, 3), dict(sorted(stats.split_rows.items())))
     if progress is not None:
         progress.update(splits, max(splits, total), rows, final=True)
     committer.end_of_input(json.dumps(asdict(summary)).encode())

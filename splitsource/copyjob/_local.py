@@ -38,9 +38,9 @@ from splitsource._offsets import (
     source_fingerprint,
     validated,
 )
-from splitsource._planning import TaskEnvironment, batch_limit, build_source
+from splitsource._planning import TaskEnvironment, batch_limit, build_source, concurrent_readers
 from splitsource.copyjob._job import failure
-from splitsource.copyjob._protocol import CopyRun, EngineResult, ProgressFn
+from splitsource.copyjob._protocol import CopyRun, EngineResult, ProgressFn, ReadStats
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PENDING_FILE_SERIALIZER
 from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
@@ -186,6 +186,7 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
     done_splits, total = (int(start["taken"]), int(start.get("total", -1))) if start else (0, -1)
     rows = 0
     batches = 0
+    stats = ReadStats()
     log_path = f"{base}/{LOCAL_DIR}/workers.log"
     log: IO[bytes] | int = open(log_path, "ab") if "://" not in checkpoint else subprocess.DEVNULL  # noqa: SIM115
     # started before the first batch is planned: their start-up (a Python, its imports) overlaps the planning
@@ -209,7 +210,10 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             total = int(end.get("total", -1))
             splits = offset_splits(source, end)
             try:
-                results = pool.run(task, [write_envelope(serializer, s) for s in splits], batch_progress)
+                # every worker asks for the batch's splits: as many read at once as there are splits, up to the pool
+                readers = concurrent_readers(framework, len(splits), workers)
+                results = pool.run({**task, "readers": readers}, [write_envelope(serializer, s) for s in splits],
+                                   batch_progress)
             except LocalCopyFailed:
                 committer.sweep(keep=())  # the workers are killed: their files of this batch are orphans now
                 raise
@@ -220,11 +224,13 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             done_splits = int(end["taken"])
             rows += sum(int(r["rows"]) for r in results)
             batches += 1
+            for r in results:
+                stats.add(r["retries"], r["throttled_s"], r["split_rows"])
     finally:
         pool.close()
         if not isinstance(log, int):
             log.close()
-    return EngineResult(int(start["taken"]) if start else 0, total, batches)
+    return EngineResult(int(start["taken"]) if start else 0, total, batches, stats)
 
 
 def run_copy(run: CopyRun, *, workers: int = 0) -> EngineResult:

@@ -27,19 +27,20 @@ commit     the bucketing sink's stream writer ``commit``        the coordinator
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from splitsource._api import Source, Split
 from splitsource.runtime._read import read_splits
+from splitsource.runtime._source_reader import ReaderMetrics
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PendingFile
 from splitsource.sink._options import BucketingSinkOptions
 from splitsource.sink._writer import write_files
 
-__all__ = ["CopyRun", "EngineResult", "ProgressFn", "TaskResult", "copy_task"]
+__all__ = ["CopyRun", "EngineResult", "ProgressFn", "ReadStats", "TaskResult", "copy_task"]
 
 ProgressFn = Callable[[int, int, int], None]  # (splits done, estimated total splits or -1, rows this run)
 
@@ -61,11 +62,26 @@ class CopyRun:
     rows_before: int  # rows committed by earlier runs of the copy
 
 
+@dataclass
+class ReadStats:
+    """What the read tasks of committed batches met, added up: for the summary."""
+
+    retries: int = 0  # transient errors resumed from the split state
+    throttled_s: float = 0.0  # seconds readers slept to keep to the read rate limit
+    split_rows: dict[str, int] = field(default_factory=dict)  # rows per split id
+
+    def add(self, retries: int, throttled_s: float, split_rows: Mapping[str, int]) -> None:
+        self.retries += int(retries)
+        self.throttled_s += float(throttled_s)
+        self.split_rows.update({str(k): int(v) for k, v in split_rows.items()})  # a replayed split: its last read
+
+
 @dataclass(frozen=True)
 class EngineResult:
     taken: int  # splits of the source committed, over all runs
     total: int  # the enumerator's estimate of all splits (-1: unknown)
     batches: int  # batches committed by this run
+    stats: ReadStats = field(default_factory=ReadStats)  # of the batches this run committed
 
 
 @dataclass(frozen=True)
@@ -75,16 +91,21 @@ class TaskResult:
     files: tuple[PendingFile, ...]
     rows: int
     splits: int
+    metrics: ReaderMetrics = field(default_factory=ReaderMetrics)
 
 
 def copy_task(options: Mapping[str, str], sink: BucketingSinkOptions, next_split: Callable[[], Split | None],
-              index: int, name: str, on_progress: Callable[[int, int, bool], None] | None = None) -> TaskResult:
+              index: int, name: str, on_progress: Callable[[int, int, bool, ReaderMetrics], None] | None = None,
+              *, readers: int = 1) -> TaskResult:
     """Step 2: read the splits ``next_split`` hands out (None: no more) and write their rows, in the source's own
-    Arrow schema, into pending files of task ``index``. ``on_progress(splits finished, rows read, final)`` after
-    each batch and once at the end. On any failure the task's in-progress files are removed and the error
+    Arrow schema, into pending files of task ``index``. ``on_progress(splits finished, rows read, final, metrics)``
+    after
+    each batch and once at the end; ``readers``: the copy's tasks that run at once, sharing its read rate limit.
+    On any failure the task's in-progress files are removed and the error
     propagates: nothing of it is committed."""
     splits = 0
     rows = 0
+    metrics = ReaderMetrics()
 
     def counted_split() -> Split | None:
         nonlocal splits
@@ -94,13 +115,13 @@ def copy_task(options: Mapping[str, str], sink: BucketingSinkOptions, next_split
 
     def batches() -> Iterator[pa.RecordBatch]:
         nonlocal rows
-        for batch in read_splits(options, counted_split, None, name):
+        for batch in read_splits(options, counted_split, None, name, readers, metrics):
             rows += batch.num_rows
             if on_progress is not None:  # a reader asks for its next split once the one before is finished
-                on_progress(max(splits - 1, 0), rows, False)
+                on_progress(max(splits - 1, 0), rows, False, metrics)
             yield batch
 
     files = tuple(write_files(sink, batches(), index))
     if on_progress is not None:
-        on_progress(splits, rows, True)
-    return TaskResult(files, sum(f.rows for f in files), splits)
+        on_progress(splits, rows, True, metrics)
+    return TaskResult(files, sum(f.rows for f in files), splits, metrics)

@@ -67,13 +67,15 @@ def run_task(task: dict[str, Any], ask: Callable[[dict[str, Any]], dict[str, Any
         split: Split = read_envelope(serializer, data)
         return split
 
-    def on_progress(splits: int, count: int, final: bool) -> None:
+    def on_progress(splits: int, count: int, final: bool, metrics: object) -> None:
         rows[0] = count  # reported with the next request for a split
 
     result = copy_task(options, parse_sink_options(task["sink"]), next_split, task["index"],
-                       f"worker-{task['index']}", on_progress)
+                       f"worker-{task['index']}", on_progress, readers=task.get("readers", 1))
+    metrics = result.metrics
     return {"files": [write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files],
-            "rows": result.rows, "splits": result.splits}
+            "rows": result.rows, "splits": result.splits, "retries": metrics.retries,
+            "throttled_s": metrics.throttled_s, "split_rows": metrics.split_rows}
 
 
 def _die_with_parent() -> None:

@@ -63,8 +63,10 @@ class LocalRuntime(Generic[SplitT]):
         restore: Checkpoint[SplitT] | None = None,
         retry: RetryPolicy | None = None,
         queue_capacity: int = 2,
+        rate: ReadRate | None = None,
     ) -> None:
         self._source = source
+        self._rate = rate.shared(parallelism) if rate is not None else None
         self._parallelism = parallelism
         self._retry = retry or RetryPolicy(initial_backoff=0.01, max_backoff=0.05)
         self._queue_capacity = queue_capacity
@@ -96,7 +98,7 @@ class LocalRuntime(Generic[SplitT]):
             while True:
                 reader = SourceReader(
                     self._source, request, queue_capacity=self._queue_capacity, retry=self._retry,
-                    name=f"reader-{index}",
+                    rate=self._rate, name=f"reader-{index}",
                 )
                 crash_after = failures.pop(index, None)
                 emitted = 0

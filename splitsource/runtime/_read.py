@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from splitsource._api import Split
 from splitsource._planning import build_source
-from splitsource.runtime._source_reader import SourceReader, call_with_retry
+from splitsource.runtime._source_reader import ReaderMetrics, SourceReader, call_with_retry
 
 __all__ = ["conform_batch", "read_splits"]
 
@@ -26,14 +26,15 @@ def conform_batch(batch: pa.RecordBatch, expected: pa.Schema) -> pa.RecordBatch:
 
 
 def read_splits(options: Mapping[str, str], next_split: Callable[[], Split | None], expected: pa.Schema | None,
-                name: str) -> Iterator[pa.RecordBatch]:
+                name: str, readers: int = 1, metrics: ReaderMetrics | None = None) -> Iterator[pa.RecordBatch]:
     """Read the splits ``next_split`` hands out (None: no more) through one :class:`SourceReader`, as Arrow
     batches in ``expected`` (None: the source's own schema, read with retries: a task may start while a node
-    restarts)."""
+    restarts). ``readers``: how many readers of the job run at once, sharing its read rate limit; ``metrics``:
+    where the reader counts (rows per split, retries, time throttled)."""
     framework, source = build_source(options)
     if expected is None:
         expected = call_with_retry(source, source.schema, framework.retry, f"{name}: reading the schema")
     reader = SourceReader(source, next_split, queue_capacity=framework.queue_capacity, retry=framework.retry,
-                          name=name)
+                          rate=framework.rate.shared(readers), name=name, metrics=metrics)
     for batch in reader.read():
         yield conform_batch(batch, expected)

@@ -14,7 +14,8 @@ import pyarrow as pa
 
 from splitsource._api import RecordEmitter, Source, Split, SplitReader, SplitState
 from splitsource._errors import ProtocolError, SplitReadError, SplitSourceError
-from splitsource._planning import RetryPolicy
+from splitsource._planning import ReadRate, RetryPolicy
+from splitsource.runtime._throttle import Throttle
 
 __all__ = ["ReaderMetrics", "SourceReader", "call_with_retry"]
 
@@ -53,8 +54,10 @@ class ReaderMetrics:
     rows: int = 0
     batches: int = 0
     bytes: int = 0
-    retries: int = 0
+    retries: int = 0  # transient errors resumed from the split state
+    throttled_s: float = 0.0  # seconds the reader slept to keep to its read rate
     finished_splits: list[str] = field(default_factory=list)
+    split_rows: dict[str, int] = field(default_factory=dict)  # rows emitted per split id, finished or not
 
 
 _END = ("end",)
@@ -76,6 +79,8 @@ class SourceReader(Generic[SplitT, RawT]):
       reader, and starts a new one on ``state.to_split()`` of each unfinished split, so nothing is repeated or
       skipped; it gives up as :class:`RetryPolicy` says, with :class:`SplitReadError` naming the splits, the
       attempts and the time waited, and chaining the cause;
+    - with a ``rate`` (this reader's share of the job's read rate), each emitted batch is paced by a
+      :class:`~splitsource.runtime._throttle.Throttle`; the bounded queue passes the pace on to the fetcher;
     - :meth:`close` is always safe to call, also from ``finally`` after an error; :meth:`read` calls it when the
       iteration ends or is abandoned.
     """
@@ -87,13 +92,16 @@ class SourceReader(Generic[SplitT, RawT]):
         *,
         queue_capacity: int = 4,
         retry: RetryPolicy | None = None,
+        rate: ReadRate | None = None,
         name: str = "reader",
+        metrics: ReaderMetrics | None = None,
     ) -> None:
         if queue_capacity < 1:
             raise ProtocolError("queue_capacity must be at least 1")
         self._source = source
         self._next_split = next_split
         self._retry = retry or RetryPolicy()
+        self._throttle = Throttle(rate) if rate is not None and rate.limited else None
         self._name = name
         self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=queue_capacity)
         self._inbox: queue.Queue[SplitT | None] = queue.Queue()  # consumer -> fetcher: the next split, or None
@@ -104,7 +112,7 @@ class SourceReader(Generic[SplitT, RawT]):
         self._stop = threading.Event()
         self._closed = False
         self._started = False
-        self.metrics = ReaderMetrics()
+        self.metrics = metrics if metrics is not None else ReaderMetrics()
 
     # -- fetcher thread -------------------------------------------------------------------------------------------
 
@@ -211,9 +219,13 @@ class SourceReader(Generic[SplitT, RawT]):
                     out = emitter.emit(item[2], state)
                     failures = 0
                     if out is not None and out.num_rows:
+                        self.metrics.split_rows[item[1]] = self.metrics.split_rows.get(item[1], 0) + out.num_rows
                         self.metrics.rows += out.num_rows
                         self.metrics.batches += 1
                         self.metrics.bytes += out.nbytes
+                        if self._throttle is not None:
+                            self._throttle(out.num_rows, out.nbytes)
+                            self.metrics.throttled_s = self._throttle.waited
                         yield out
                 elif kind == "idle":
                     split = self._next_split()

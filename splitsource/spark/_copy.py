@@ -31,9 +31,10 @@ from serializers import write_envelope
 from splitsource._api import FixedEnumeratorContext
 from splitsource._errors import OptionsError, SplitSourceError
 from splitsource.copyjob._job import committed_rows, failure, root_cause
-from splitsource.copyjob._protocol import CopyRun, EngineResult, copy_task
+from splitsource.copyjob._protocol import CopyRun, EngineResult, ReadStats, copy_task
 from splitsource.copyjob._signals import deferred, stop_requested
 from splitsource.runtime._read import conform_batch
+from splitsource.runtime._source_reader import ReaderMetrics
 from splitsource.sink._files import PENDING_FILE_SERIALIZER
 from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
 from splitsource.sink._options import parse_sink_options
@@ -59,20 +60,24 @@ class TaskProgress:
         self._path = f"{base}/{batch}-{partition}.json"
         self._last = 0.0
 
-    def __call__(self, splits: int, rows: int, final: bool) -> None:
+    def __call__(self, splits: int, rows: int, final: bool, metrics: ReaderMetrics) -> None:
         now = time.monotonic()
         if not final and now - self._last < _REPORT_EVERY_S:
             return
         self._last = now
+        report: dict[str, Any] = {"splits": splits, "rows": rows}
+        if final:  # what the summary adds up once the batch is committed
+            report.update(final=True, retries=metrics.retries, throttled_s=metrics.throttled_s,
+                          split_rows=metrics.split_rows)
         try:
-            write_atomically(self._fs, self._path, json.dumps({"splits": splits, "rows": rows}).encode())
+            write_atomically(self._fs, self._path, json.dumps(report).encode())
         except OSError:
             pass
 
 
-def live_progress(directory: str, after_batch: int) -> tuple[int, int]:
-    """(splits, rows) the read tasks of batches after ``after_batch`` have reported; reports of batches up to it
-    (committed) are removed."""
+def live_progress(directory: str, after_batch: int, stats: ReadStats | None = None) -> tuple[int, int]:
+    """(splits, rows) the read tasks of batches after ``after_batch`` have reported. Reports of batches up to it
+    (committed) are added to ``stats`` and removed."""
     fs, base = resolve_filesystem(directory)
     splits = rows = 0
     try:
@@ -84,10 +89,12 @@ def live_progress(directory: str, after_batch: int) -> tuple[int, int]:
         if not batch.isdigit() or not rest.endswith(".json"):
             continue
         try:
+            report = json.loads(read_text(fs, info.path))
             if int(batch) <= after_batch:
+                if stats is not None and report.get("final"):
+                    stats.add(report["retries"], report["throttled_s"], report["split_rows"])
                 fs.delete_file(info.path)
                 continue
-            report = json.loads(read_text(fs, info.path))
             splits += int(report["splits"])
             rows += int(report["rows"])
         except (OSError, ValueError, KeyError, TypeError):
@@ -116,7 +123,7 @@ class CopyStreamReader(SplitSourceStreamReader):
         index, _, batch_id = task_context()
         report = TaskProgress(self._progress_dir, batch_id, index) if self._progress_dir else None
         result = copy_task(self._options, self._sink, lambda: next(remaining, None), index,
-                           f"partition-{len(partition.splits)}", report)
+                           f"partition-{len(partition.splits)}", report, readers=partition.readers)
         batch = pa.RecordBatch.from_arrays(
             [pa.array([write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files], pa.binary()),
              pa.array([f.rows for f in result.files], pa.int64())], schema=COMMITTABLES_SCHEMA)
@@ -176,6 +183,7 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
     own_session = spark is None
     spark = spark or start_session(master)
     batches: set[int] = set()
+    stats = ReadStats()
     last_offset: dict[str, Any] = {"taken": _splits_from_checkpoint(checkpoint), "total": total_estimate}
     # the read tasks write the part files themselves and hand only their committables to the sink's commit
     progress_dir = f"{checkpoint}/{PROGRESS_DIR}"
@@ -183,6 +191,8 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
     fs, base = resolve_filesystem(progress_dir)
     fs.create_dir(base, recursive=True)
     stream_options = {**read_options, SINK_OPTION: json.dumps(dict(sink_raw)), PROGRESS_OPTION: progress_dir}
+    # the read rate limit is shared by the tasks that run at once: at most one per core of the cluster
+    stream_options.setdefault("reader_slots", str(spark.sparkContext.defaultParallelism))
     try:
         spark.dataSource.register(CopyDataSource)
         frame = spark.readStream.format(CopyDataSource.name()).options(**stream_options).load()
@@ -198,20 +208,21 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
                         query.stop()
                         break
                     done_batch = _collect_progress(query, batches, last_offset)
+                    # what the running batch's tasks report, on top of what is committed
+                    live_splits, live_rows = live_progress(progress_dir, done_batch, stats)
                     if progress is not None:
                         if len(batches) != seen:  # the commit log changes only when a batch commits
                             committed, seen = committed_rows(committer), len(batches)
-                        # what the running batch's tasks report, on top of what is committed
-                        live_splits, live_rows = live_progress(progress_dir, done_batch)
                         progress(int(last_offset.get("taken", 0)) + live_splits, int(last_offset.get("total", -1)),
                                  committed - rows_before + live_rows)
-            _collect_progress(query, batches, last_offset)
+            done_batch = _collect_progress(query, batches, last_offset)
         except KeyboardInterrupt:
             query.stop()
             raise
         error = query.exception()
         if error is not None:
             raise failure(root_cause(error), str(error), checkpoint)
+        live_progress(progress_dir, done_batch, stats)  # the last batches' reports
     except SplitSourceError:
         raise
     except Exception as exc:  # Spark's own exceptions: keep the message, drop the JVM stack
@@ -220,7 +231,7 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
         if own_session:
             spark.stop()
         _remove_tree(progress_dir)
-    return EngineResult(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)), len(batches))
+    return EngineResult(int(last_offset.get("taken", 0)), int(last_offset.get("total", -1)), len(batches), stats)
 
 
 def _collect_progress(query: Any, batches: set[int], last_offset: dict[str, Any]) -> int:

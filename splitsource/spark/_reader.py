@@ -13,7 +13,14 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from splitsource._api import Split
-from splitsource._planning import TaskEnvironment, all_splits, build_source, pack_for
+from splitsource._planning import (
+    FrameworkOptions,
+    TaskEnvironment,
+    all_splits,
+    build_source,
+    concurrent_readers,
+    pack_for,
+)
 from splitsource.runtime._read import read_splits
 
 __all__ = ["SplitSourceBatchReader", "SplitsPartition", "partitions_of", "read_partition", "spark_arrow_schema"]
@@ -27,10 +34,12 @@ def spark_arrow_schema(schema: pa.Schema) -> tuple[StructType, pa.Schema]:
 
 @dataclass(frozen=True)
 class SplitsPartition(InputPartition):
-    """One Spark partition: the splits one reader reads in order, and the planner's environment to check."""
+    """One Spark partition: the splits one reader reads in order, the planner's environment to check, and how
+    many of the job's readers run at once (its share of the read rate limit)."""
 
     splits: tuple[Split, ...]
     environment: TaskEnvironment
+    readers: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "value", len(self.splits))
@@ -39,9 +48,12 @@ class SplitsPartition(InputPartition):
         return f"SplitsPartition({len(self.splits)} splits)"
 
 
-def partitions_of(groups: list[tuple[Split, ...]]) -> list[InputPartition]:
+def partitions_of(framework: FrameworkOptions, groups: list[tuple[Split, ...]], slots: int = 0
+                  ) -> list[InputPartition]:
+    """One partition per group; ``slots``: the tasks Spark runs at once (0: unknown, see ``reader_slots``)."""
     environment = TaskEnvironment.current()
-    return [SplitsPartition(group, environment) for group in groups]
+    readers = concurrent_readers(framework, len(groups), slots)
+    return [SplitsPartition(group, environment, readers) for group in groups]
 
 
 def read_partition(options: Mapping[str, str], partition: SplitsPartition, expected: pa.Schema | None
@@ -49,7 +61,8 @@ def read_partition(options: Mapping[str, str], partition: SplitsPartition, expec
     """Read one partition's splits in order, in ``expected`` (None: the source's own schema)."""
     partition.environment.check()
     remaining = iter(partition.splits)
-    yield from read_splits(options, lambda: next(remaining, None), expected, f"partition-{len(partition.splits)}")
+    yield from read_splits(options, lambda: next(remaining, None), expected, f"partition-{len(partition.splits)}",
+                           partition.readers)
 
 
 class SplitSourceBatchReader(DataSourceReader):
@@ -61,7 +74,7 @@ class SplitSourceBatchReader(DataSourceReader):
         framework, source = build_source(self._options)
         groups = pack_for(framework, all_splits(source, max(framework.partitions, 1)))
         # an empty source: one partition that reads nothing gives an empty DataFrame
-        return partitions_of(groups or [()])
+        return partitions_of(framework, groups or [()])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitsPartition)

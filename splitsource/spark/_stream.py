@@ -79,7 +79,7 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             return []
         _, source = build_source(self._options)
         check_offset(end, self._fingerprint)
-        return partitions_of(pack_for(self._framework, offset_splits(source, end)))
+        return partitions_of(self._framework, pack_for(self._framework, offset_splits(source, end)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitsPartition)

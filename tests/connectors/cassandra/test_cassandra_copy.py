@@ -47,8 +47,9 @@ def source_args(node: Any, table: str = "events") -> list[str]:
 
 def test_cassandra_copy_to_json_lines_killed_and_rerun_is_exact(table: Any, tmp_path: Path) -> None:
     out = tmp_path / "events"
+    # throttled so that no batch ends within the kill's jitter, however fast the machine (one did in CI)
     args = ["copy", *source_args(table), "--output", str(out), "--format", "jsonl", "--max-splits-per-batch", "1",
-            "--quiet"]
+            "--max-rows-per-second", "3000", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=3, seed=11)
     assert f"copy finished: {ROWS:,} rows" in stdout
     check = run(["verify", *source_args(table), "--output", str(out)])
@@ -111,10 +112,35 @@ def test_cassandra_copy_to_csv_writes_blobs_as_base64_and_verifies(table: Any, t
 
 def test_cassandra_local_engine_copy_killed_and_rerun_is_exact(table: Any, tmp_path: Path) -> None:
     out = tmp_path / "events"
+    # a batch of 2 splits (3,750 rows) takes at least 1.25 s at 3,000 rows/s: longer than the kill's jitter, so
+    # every kill lands in a running copy however fast the machine (without the limit one finished first in CI)
     args = ["copy", *source_args(table), "--engine", "local", "--workers", "2", "--output", str(out),
-            "--max-splits-per-batch", "2", "--quiet"]
+            "--max-splits-per-batch", "2", "--max-rows-per-second", "3000", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=3, seed=5, jitter=0.5)
     assert f"copy finished: {ROWS:,} rows" in stdout
     check = run(["verify", *source_args(table), "--output", str(out)])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
     assert not list(out.rglob("*.in-progress")) and not list(out.rglob("*.pending"))
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_throttled_copy_reads_no_faster_than_its_limit(table: Any, tmp_path: Path, engine: str) -> None:
+    """--max-rows-per-second is one budget for the whole copy, shared by its readers: 30,000 rows at 6,000 rows/s
+    take at least 5 s of reading on either engine (both read far faster unthrottled, so the readers slept)."""
+    import json
+    import time
+
+    out, report = tmp_path / "events", tmp_path / "summary.json"
+    engine_args = ["--engine", "local", "--workers", "2"] if engine == "local" else []
+    started = time.monotonic()
+    result = run(["copy", *source_args(table), *engine_args, "--output", str(out), "--max-rows-per-second", "6000",
+                  "--summary-json", str(report), "--quiet"])
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcome = json.loads(report.read_text())
+    assert outcome["total_rows"] == ROWS and sum(outcome["split_rows"].values()) == ROWS
+    assert len(outcome["split_rows"]) == outcome["splits"] >= 16  # wrapping ranges may add a split or two
+    assert outcome["throttled_s"] > 0 and "s throttled" in result.stdout
+    assert elapsed >= ROWS / 6000
+    check = run(["verify", *source_args(table), "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr

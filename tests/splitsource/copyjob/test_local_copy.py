@@ -159,13 +159,17 @@ def test_summary_json_tells_a_scheduler_what_happened(tmp_path: Path) -> None:
     import json
 
     out, report = tmp_path / "out", tmp_path / "summary.json"
+    # two transient failures at row 2,500: each resumed from the split state
     done = run(["copy", "--engine", "local", "--quiet", "--connector", "generator", "-o", "rows=5000",
-                "-o", "split_rows=1000", "--output", str(out), "--summary-json", str(report)])
+                "-o", "split_rows=1500", "-o", "fail_at_row=2500", "-o", "fail_times=2", "-o", "initial_backoff_ms=10",
+                "--output", str(out), "--summary-json", str(report)])
     assert done.returncode == 0, done.stderr
     outcome = json.loads(report.read_text())
     assert outcome["status"] == "finished" and outcome["exit_code"] == 0 and outcome["engine"] == "local"
-    assert outcome["total_rows"] == 5000 and outcome["splits"] == 5 and outcome["files"] >= 1
+    assert outcome["total_rows"] == 5000 and outcome["splits"] == 4 and outcome["files"] >= 1
     assert outcome["bytes"] == sum(p.stat().st_size for p in out.rglob("*.parquet"))
+    assert outcome["split_rows"] == {"generator-0": 1500, "generator-1": 1500, "generator-2": 1500, "generator-3": 500}
+    assert outcome["retries"] == 2 and outcome["throttled_s"] == 0
     bad = run(["copy", "--engine", "local", "--connector", "generator", "-o", "rowz=5", "--output",
                str(tmp_path / "other"), "--summary-json", str(report)])
     assert bad.returncode == 2

@@ -44,6 +44,20 @@ def test_partitions_follow_split_size(spark: Any) -> None:
     assert df.count() == 100000
 
 
+def test_a_read_rate_limit_holds_the_whole_read_to_it(spark: Any) -> None:
+    """max_rows_per_second is shared by the tasks that run at once (reader_slots: local[2] runs two): 4 partitions
+    of 10,000 rows at 8,000 rows/s for the whole read take at least 5 s (unthrottled, well under one), and every
+    row is read once."""
+    import time
+
+    df = read(spark, rows="40000", split_rows="10000", batch_rows="1000", partitions="4", max_rows_per_second="8000",
+              reader_slots="2")
+    started = time.monotonic()
+    ids = [r.id for r in df.select("id").collect()]
+    assert time.monotonic() - started >= 40000 / 8000
+    assert sorted(ids) == list(range(40000))
+
+
 def test_empty_source_gives_an_empty_dataframe(spark: Any) -> None:
     df = read(spark, rows="0")
     assert df.count() == 0 and df.collect() == []
