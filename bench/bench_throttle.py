@@ -4,8 +4,9 @@ engines, each over about ``--seconds`` of reading, against a source much faster 
     python bench/bench_throttle.py --seconds 30
 
 The rate is measured from the copy's own progress reports: rows after the first report that saw any, over the
-time from that report to the first that saw every row (so the engine's start-up and last commit are not counted),
-and bytes as the Arrow size of those rows. A limit is met when the measured rate is within 10% of it and never above it by more.
+time from that report to the first that saw every row (so the engine's start-up and last commit are not
+counted), and bytes as the Arrow size of those rows. A limit is met when the measured rate is within 10% of
+it.
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def measure(engine: str, limit: str, value: float, rows: int, workdir: Path, per
         rate = rate * arrow_bytes_per_row() / (1024 * 1024)
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(f"{out}.checkpoint", ignore_errors=True)
-    return {"engine": engine, "limit": limit, "max_splits_per_batch": per_batch, "value": value, "rows": rows, "window_s": round(window, 1),
+    return {"engine": engine, "limit": limit, "max_splits_per_batch": per_batch, "value": value, "rows": rows,
+            "window_s": round(window, 1),
             "wall_s": round(ended - started, 1), "measured": round(rate, 2), "ratio": round(rate / value, 3)}
 
 
@@ -86,7 +88,8 @@ def main() -> int:
                 result = measure(engine, limit, value, int(rows_per_s * args.seconds), Path(tmp),
                                  args.max_splits_per_batch)
                 results.append(result)
-                print(f"{engine:6} batches of {args.max_splits_per_batch or 'all':>3} splits  --max-{limit}-per-second {value:>10,g}  measured {result['measured']:>12,.2f} over "
+                print(f"{engine:6} batches of {args.max_splits_per_batch or 'all':>3} splits  "
+                      f"--max-{limit}-per-second {value:>10,g}  measured {result['measured']:>12,.2f} over "
                       f"{result['window_s']:5.1f} s ({result['rows']:,} rows, wall {result['wall_s']} s)  "
                       f"ratio {result['ratio']:.3f}", flush=True)
     target = ROOT / "bench" / "results" / "throttle.json"

@@ -34,6 +34,7 @@ __all__ = [
     "Boundedness",
     "EnumeratorState",
     "RecordEmitter",
+    "ReadEvent",
     "RecordsBySplits",
     "Source",
     "Split",
@@ -186,16 +187,30 @@ class SplitEnumerator(abc.ABC, Generic[SplitT, PositionT]):
 
 
 @dataclasses.dataclass(frozen=True)
+class ReadEvent:
+    """Something a split reader met and coped with, worth telling the operator: ``kind`` (for example
+    ``page_shrunk``), the split it happened in, and one line of detail. Counted by kind in the copy's summary."""
+
+    kind: str
+    split_id: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} in split {self.split_id}: {self.detail}"
+
+
+@dataclasses.dataclass(frozen=True)
 class RecordsBySplits(Generic[RawT]):
-    """What one :meth:`SplitReader.fetch` returns: raw batches per split and the splits it finished.
+    """What one :meth:`SplitReader.fetch` returns: raw batches per split, the splits it finished, and events.
 
     ``batches`` is a sequence of ``(split_id, raw_batch)`` in read order. ``finished`` lists splits that have no
     record left; a split can be finished without ever producing a batch (an empty split), and must be reported
-    after (or with) its last batch.
+    after (or with) its last batch. ``events`` are :class:`ReadEvent` s for the summary.
     """
 
     batches: Sequence[tuple[str, RawT]] = ()
     finished: frozenset[str] = frozenset()
+    events: Sequence[ReadEvent] = ()
 
     @classmethod
     def finished_only(cls, *split_ids: str) -> RecordsBySplits[Any]:

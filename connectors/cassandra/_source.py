@@ -13,6 +13,7 @@ local_dc            ""            data center to read from (empty: the driver's 
 columns             ""            comma-separated projection (empty: every column)
 consistency         LOCAL_ONE     read consistency level
 fetch_size          5000          rows per page (one page per fetch)
+min_fetch_size      100           on a read timeout, halve the page down to this and read on
 split_size_mb       64            target split size, from size estimates; minimum 1
 splits              0             a number of splits instead of a size (shared by estimated size)
 username            ""            for PasswordAuthenticator
@@ -36,6 +37,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +51,7 @@ from serializers import MsgpackRecordSerializer, SimpleVersionedSerializer
 from splitsource import (
     EnumeratorState,
     OptionsError,
+    ReadEvent,
     RecordEmitter,
     RecordsBySplits,
     Secret,
@@ -82,6 +85,9 @@ class CassandraOptions:
     consistency: str = option("LOCAL_ONE", doc="read consistency level", choices=_CONSISTENCY,
                               parse=lambda s: s.strip().upper())
     fetch_size: int = option(5000, doc="rows per page", minimum=1, maximum=1_000_000)
+    min_fetch_size: int = option(100, doc="on a read timeout the page is halved, down to this many rows, and read "
+                                          "again from the same paging state; below it the framework retries",
+                                 minimum=1)
     split_size_mb: float = option(64.0, doc="target split size in MiB", minimum=MIN_SPLIT_SIZE_MB)
     splits: int = option(0, doc="number of splits instead of a size (0: by size)", minimum=0)
     username: str = option("", doc="user name for PasswordAuthenticator")
@@ -113,6 +119,10 @@ class CassandraOptions:
 
 class CassandraConnectionError(SplitSourceError, ConnectionError):
     """Cassandra could not be reached, refused the credentials, or has no such keyspace or table."""
+
+
+class CassandraTimeoutError(SplitSourceError):
+    """A page timed out at the smallest page size (``min_fetch_size``): transient, retried by the framework."""
 
 
 def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple[Any, Any]:
@@ -205,7 +215,8 @@ def _quote(name: str) -> str:
 
 @dataclass(frozen=True)
 class CassandraSplit(Split):
-    """Keys with ``start < token <= end``; ``paging_state`` is where a resumed read continues (None: start).
+    """Keys with ``start < token <= end``; ``paging_state`` is where a resumed read continues (None: start), and
+    ``page_size`` the page a resumed read asks for (a wide partition that timed out keeps its smaller pages).
 
     ``done`` marks a split whose last page was emitted: without it, a split read to the end (paging state None
     again) could not be told from one never started, and a restore would read it twice.
@@ -217,6 +228,7 @@ class CassandraSplit(Split):
     paging_state: bytes | None = None
     rows_before: int = 0
     done: bool = False
+    page_size: int = 0  # rows per page from here on, after read timeouts shrank it (0: option fetch_size)
 
     @property
     def split_id(self) -> str:
@@ -233,6 +245,7 @@ class CassandraSplitState(SplitState[CassandraSplit]):
         self.paging_state = split.paging_state
         self.rows = split.rows_before
         self.done = split.done
+        self.page_size = split.page_size
 
     @property
     def split_id(self) -> str:
@@ -240,7 +253,8 @@ class CassandraSplitState(SplitState[CassandraSplit]):
 
     def to_split(self) -> CassandraSplit:
         s = self.split
-        return CassandraSplit(s.start, s.end, s.estimated_bytes, self.paging_state, self.rows, self.done)
+        return CassandraSplit(s.start, s.end, s.estimated_bytes, self.paging_state, self.rows, self.done,
+                              self.page_size)
 
 
 @dataclass(frozen=True)
@@ -304,27 +318,55 @@ class CassandraEnumerator(SplitEnumerator[CassandraSplit, CassandraPosition]):
         return sum(e.parts for e in self._pos().plan)
 
 
-_Raw = tuple[list[tuple[Any, ...]], bytes | None]  # (rows of one page, paging state after it)
+# (rows of one page or None, paging state after it, the page size it was read with); rows None: a notice that
+# the page size shrank, with nothing read
+_Raw = tuple[list[tuple[Any, ...]] | None, bytes | None, int]
 
 
 class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
-    """One session and one prepared statement per reader; one page per fetch, resumable by paging state."""
+    """One session and one prepared statement per reader; one page per fetch, resumable by paging state.
+
+    Wide partitions: a page that times out (the coordinator's ``ReadTimeout`` or the client's
+    ``OperationTimedOut``) is asked for again from the same paging state with half as many rows, down to
+    ``min_fetch_size``; only a timeout at that floor goes to the framework's retry (with its backoff). The split
+    keeps its smaller page size for the rest of it, in its state too, so a retry or a resumed copy does not time
+    out its way down again. Each shrink is a ``page_shrunk`` event, and the partition the next page starts in a
+    ``hot_partition`` event naming its token.
+    """
 
     def __init__(self, source: CassandraSource) -> None:
-        from cassandra import ConsistencyLevel
+        from cassandra import ConsistencyLevel, OperationTimedOut, ReadTimeout
 
+        self._source = source
         self._options = source.options
         self._cluster, self._session = connect(self._options, schema_metadata=False)
         self._session.client_protocol_handler = exact_protocol_handler()  # see connectors.cassandra._types
         self._statement = self._session.prepare(source.select_cql())
         self._statement.consistency_level = getattr(ConsistencyLevel, self._options.consistency)
         self._statement.fetch_size = self._options.fetch_size
+        self._timeouts = (ReadTimeout, OperationTimedOut)
         # the head split's paging state: where its next page starts (None: at its beginning)
         self._queue: SplitQueue[CassandraSplit, bytes | None] = SplitQueue(lambda split: split.paging_state)
+        self._page_sizes: dict[str, int] = {}
+        self._shrunk: set[str] = set()  # splits whose next page names the hot partition
         self._woken = threading.Event()
 
     def add_splits(self, splits: Sequence[CassandraSplit]) -> None:
         self._queue.add(splits)
+
+    def _request(self, split: CassandraSplit, page_size: int) -> Any:
+        """One page of ``split`` from the current paging state; None when woken up before it came."""
+        done = threading.Event()
+        bound = self._statement.bind((split.start, split.end))
+        bound.fetch_size = page_size
+        future = self._session.execute_async(bound, paging_state=self._queue.position,
+                                             timeout=self._options.request_timeout_s)
+        future.add_callbacks(lambda _: done.set(), lambda _: done.set())
+        while not done.wait(0.05):
+            if self._woken.is_set():
+                self._woken.clear()
+                return None  # the page is requested again by the next fetch: reads are idempotent
+        return future.result()  # raises the request's error, if any
 
     def fetch(self) -> RecordsBySplits[_Raw]:
         split = self._queue.head
@@ -333,25 +375,38 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         if split.done:
             self._queue.pop()
             return RecordsBySplits.finished_only(split.split_id)
-        done = threading.Event()
-        future = self._session.execute_async(
-            self._statement.bind((split.start, split.end)), paging_state=self._queue.position,
-            timeout=self._options.request_timeout_s,
-        )
-        future.add_callbacks(lambda _: done.set(), lambda _: done.set())
-        while not done.wait(0.05):
-            if self._woken.is_set():
-                self._woken.clear()
-                return RecordsBySplits()  # the page is requested again by the next fetch: reads are idempotent
-        result = future.result()  # raises the request's error, if any
+        page_size = self._page_sizes.setdefault(split.split_id, split.page_size or self._options.fetch_size)
+        try:
+            result = self._request(split, page_size)
+        except self._timeouts as exc:
+            floor = min(self._options.min_fetch_size, self._options.fetch_size)
+            if page_size <= floor:  # the framework retries from the split state, with its backoff
+                raise CassandraTimeoutError(
+                    f"a page of {page_size} rows (min_fetch_size) timed out ({type(exc).__name__}: {exc}); a "
+                    f"partition too wide for request_timeout_s={self._options.request_timeout_s:g}, or a node "
+                    "overloaded") from exc
+            smaller = max(floor, page_size // 2)
+            self._page_sizes[split.split_id] = smaller
+            self._shrunk.add(split.split_id)
+            event = ReadEvent("page_shrunk", split.split_id, f"{type(exc).__name__} on a page of {page_size} rows; "
+                                                             f"reading on from there with pages of {smaller}")
+            return RecordsBySplits([(split.split_id, (None, self._queue.position, smaller))], events=(event,))
+        if result is None:
+            return RecordsBySplits()
         rows = list(result.current_rows)
         next_state = result.paging_state
-        batches = [(split.split_id, (rows, next_state))] if rows or next_state is None else []
+        events: tuple[ReadEvent, ...] = ()
+        if split.split_id in self._shrunk and rows:
+            self._shrunk.discard(split.split_id)
+            events = (ReadEvent("hot_partition", split.split_id, f"{self._source.token_of(self._session, rows)}, "
+                                                                 f"read in pages of {page_size} rows"),)
+        batches = [(split.split_id, (rows, next_state, page_size))] if rows or next_state is None else []
         if next_state is not None:
             self._queue.position = next_state
-            return RecordsBySplits(batches)
+            return RecordsBySplits(batches, events=events)
         self._queue.pop()
-        return RecordsBySplits(batches, frozenset({split.split_id}))
+        self._page_sizes.pop(split.split_id, None)
+        return RecordsBySplits(batches, frozenset({split.split_id}), events)
 
     def wake_up(self) -> None:
         self._woken.set()
@@ -369,7 +424,10 @@ class CassandraEmitter(RecordEmitter[_Raw, CassandraSplit]):
 
     def emit(self, raw: _Raw, state: SplitState[CassandraSplit]) -> pa.RecordBatch | None:
         assert isinstance(state, CassandraSplitState)
-        rows, next_state = raw
+        rows, next_state, page_size = raw
+        state.page_size = page_size
+        if rows is None:  # the page size shrank; nothing was read
+            return None
         state.paging_state = next_state
         state.done = next_state is None
         state.rows += len(rows)
@@ -387,10 +445,12 @@ def _entry_fields(e: PlanEntry) -> list[Any]:
 
 CASSANDRA_SPLIT_SERIALIZER: MsgpackRecordSerializer[CassandraSplit] = MsgpackRecordSerializer(
     "CassandraSplitSerializer",
-    1,
+    2,
     # tokens as text: RandomPartitioner tokens do not fit msgpack's 64-bit integers
-    to_fields=lambda s: [str(s.start), str(s.end), s.estimated_bytes, s.paging_state, s.rows_before, s.done],
-    from_fields=lambda f: CassandraSplit(int(f[0]), int(f[1]), int(f[2]), f[3], int(f[4]), bool(f[5])),
+    to_fields=lambda s: [str(s.start), str(s.end), s.estimated_bytes, s.paging_state, s.rows_before, s.done,
+                         s.page_size],
+    from_fields=lambda f: CassandraSplit(int(f[0]), int(f[1]), int(f[2]), f[3], int(f[4]), bool(f[5]), int(f[6])),
+    upgrades={1: lambda f: [*f, 0]},  # version 2 added page_size
 )
 CASSANDRA_POSITION_SERIALIZER: MsgpackRecordSerializer[CassandraPosition] = MsgpackRecordSerializer(
     "CassandraPositionSerializer",
@@ -452,6 +512,27 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
 
     def schema(self) -> pa.Schema:
         return self._metadata()[2]
+
+    def token_of(self, session: Any, rows: Sequence[Sequence[Any]]) -> str:
+        """``token <t>`` of the partition most of ``rows`` (a page as read) are in, asked of the server; a
+        description without it when the partition key is not among the columns read or cannot be bound."""
+        pk, _, schema, _ = self._metadata()
+        names = schema.names
+        if not all(c in names for c in pk):
+            return "token unknown (the partition key is not among the columns read)"
+        indices = [names.index(c) for c in pk]
+        counts = Counter(repr([row[i] for i in indices]) for row in rows)
+        top = counts.most_common(1)[0][0]
+        values = next([row[i] for i in indices] for row in rows if repr([row[i] for i in indices]) == top)
+        table = f"{_quote(self.options.keyspace)}.{_quote(self.options.table)}"
+        keys = ", ".join(_quote(c) for c in pk)
+        where = " AND ".join(f"{_quote(c)} = ?" for c in pk)
+        try:
+            lookup = session.prepare(f"SELECT token({keys}) FROM {table} WHERE {where} LIMIT 1")
+            found = session.execute(lookup, values).one()
+        except Exception as exc:  # noqa: BLE001 - a report, never a failure of the read
+            return f"token unknown ({type(exc).__name__})"
+        return f"token {found[0]}" if found else "token unknown (the partition is gone)"
 
     def plan(self) -> tuple[PlanEntry, ...]:
         """Read the ring and every node's size estimates, and size each range (see ``build_plan``)."""
@@ -521,7 +602,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         from cassandra.connection import ConnectionException
 
         transient = (ReadTimeout, Unavailable, ReadFailure, OperationTimedOut, NoHostAvailable, ConnectionException,
-                     CassandraConnectionError, ConnectionError)
+                     CassandraConnectionError, CassandraTimeoutError, ConnectionError)
         return isinstance(error, transient) or super().is_transient(error)
 
     def identity(self) -> dict[str, Any]:

@@ -58,6 +58,8 @@ class CopySummary:
     retries: int = 0  # transient read errors resumed from the split state, this run
     throttled_s: float = 0.0  # seconds readers slept to keep to the read rate limit, this run (summed)
     split_rows: dict[str, int] = field(default_factory=dict)  # rows per split committed by this run
+    events: dict[str, int] = field(default_factory=dict)  # what readers met and coped with, by kind (page_shrunk)
+    event_details: list[str] = field(default_factory=list)  # the first 100 of them, one line each
 
     def text(self) -> str:
         lines = [
@@ -66,8 +68,11 @@ class CopySummary:
             f"this run: {self.rows:,} rows in {self.batches} batches, {self.seconds:.1f} s, {self.rows_per_s:,.0f} "
             f"rows/s{' (resumed from the checkpoint)' if self.resumed else ''}",
         ]
-        if self.retries or self.throttled_s:
-            lines.append(f"readers: {self.retries} transient errors resumed, {self.throttled_s:.1f} s throttled")
+        if self.retries or self.throttled_s or self.events:
+            events = "".join(f", {count} {kind.replace('_', ' ')}" for kind, count in sorted(self.events.items()))
+            lines.append(f"readers: {self.retries} transient errors resumed, {self.throttled_s:.1f} s throttled"
+                         f"{events}")
+            lines += [f"  {detail}" for detail in self.event_details[:10]]
         lines += [f"output:     {self.output}", f"checkpoint: {self.checkpoint}"]
         return "\n".join(lines)
 
@@ -284,7 +289,8 @@ def copy(
     seconds = time.monotonic() - started
     summary = CopySummary(rows, total_rows, len(files), size, splits, batches, seconds,
                           rows / seconds if seconds > 0 else 0.0, resumed, output, checkpoint, stats.retries,
-                          round(stats.throttled_s, 3), dict(sorted(stats.split_rows.items())))
+                          round(stats.throttled_s, 3), dict(sorted(stats.split_rows.items())), stats.events,
+                          stats.event_details)
     if progress is not None:
         progress.update(splits, max(splits, total), rows, final=True)
     committer.end_of_input(json.dumps(asdict(summary)).encode())

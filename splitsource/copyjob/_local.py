@@ -225,7 +225,7 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             rows += sum(int(r["rows"]) for r in results)
             batches += 1
             for r in results:
-                stats.add(r["retries"], r["throttled_s"], r["split_rows"])
+                stats.add(r["report"])
     finally:
         pool.close()
         if not isinstance(log, int):

@@ -34,13 +34,13 @@ import pyarrow as pa
 
 from splitsource._api import Source, Split
 from splitsource.runtime._read import read_splits
-from splitsource.runtime._source_reader import ReaderMetrics
+from splitsource.runtime._source_reader import MAX_EVENTS, ReaderMetrics
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PendingFile
 from splitsource.sink._options import BucketingSinkOptions
 from splitsource.sink._writer import write_files
 
-__all__ = ["CopyRun", "EngineResult", "ProgressFn", "ReadStats", "TaskResult", "copy_task"]
+__all__ = ["CopyRun", "EngineResult", "ProgressFn", "ReadStats", "TaskResult", "copy_task", "task_report"]
 
 ProgressFn = Callable[[int, int, int], None]  # (splits done, estimated total splits or -1, rows this run)
 
@@ -69,11 +69,23 @@ class ReadStats:
     retries: int = 0  # transient errors resumed from the split state
     throttled_s: float = 0.0  # seconds readers slept to keep to the read rate limit
     split_rows: dict[str, int] = field(default_factory=dict)  # rows per split id
+    events: dict[str, int] = field(default_factory=dict)  # the readers' ReadEvents by kind
+    event_details: list[str] = field(default_factory=list)  # the first MAX_EVENTS of them, one line each
 
-    def add(self, retries: int, throttled_s: float, split_rows: Mapping[str, int]) -> None:
-        self.retries += int(retries)
-        self.throttled_s += float(throttled_s)
-        self.split_rows.update({str(k): int(v) for k, v in split_rows.items()})  # a replayed split: its last read
+    def add(self, report: Mapping[str, Any]) -> None:
+        """Add one task's report (:func:`task_report`)."""
+        self.retries += int(report["retries"])
+        self.throttled_s += float(report["throttled_s"])
+        self.split_rows.update({str(k): int(v) for k, v in report["split_rows"].items()})  # a replay: its last read
+        for kind, count in report["events"].items():
+            self.events[str(kind)] = self.events.get(str(kind), 0) + int(count)
+        self.event_details.extend(str(d) for d in report["event_details"][:MAX_EVENTS - len(self.event_details)])
+
+
+def task_report(metrics: ReaderMetrics) -> dict[str, Any]:
+    """A task's reader metrics as plain JSON-able data, for the engine that adds them up (:class:`ReadStats`)."""
+    return {"retries": metrics.retries, "throttled_s": metrics.throttled_s, "split_rows": dict(metrics.split_rows),
+            "events": dict(metrics.event_counts), "event_details": [str(e) for e in metrics.events]}
 
 
 @dataclass(frozen=True)

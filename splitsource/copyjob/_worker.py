@@ -50,7 +50,7 @@ def run_task(task: dict[str, Any], ask: Callable[[dict[str, Any]], dict[str, Any
     from serializers import read_envelope, write_envelope
     from splitsource._api import Split
     from splitsource._planning import build_source
-    from splitsource.copyjob._protocol import copy_task
+    from splitsource.copyjob._protocol import copy_task, task_report
     from splitsource.sink._files import PENDING_FILE_SERIALIZER
     from splitsource.sink._options import parse_sink_options
 
@@ -72,10 +72,8 @@ def run_task(task: dict[str, Any], ask: Callable[[dict[str, Any]], dict[str, Any
 
     result = copy_task(options, parse_sink_options(task["sink"]), next_split, task["index"],
                        f"worker-{task['index']}", on_progress, readers=task.get("readers", 1))
-    metrics = result.metrics
     return {"files": [write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files],
-            "rows": result.rows, "splits": result.splits, "retries": metrics.retries,
-            "throttled_s": metrics.throttled_s, "split_rows": metrics.split_rows}
+            "rows": result.rows, "splits": result.splits, "report": task_report(result.metrics)}
 
 
 def _die_with_parent() -> None:

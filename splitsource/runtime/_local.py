@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 import pyarrow as pa
 
 from splitsource._api import EnumeratorState, FixedEnumeratorContext, Source, Split, SplitEnumerator
-from splitsource._planning import RetryPolicy
+from splitsource._planning import ReadRate, RetryPolicy
 from splitsource.runtime._source_reader import SourceReader
 
 __all__ = ["Checkpoint", "LocalRuntime", "RunResult", "read_local"]

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
-from splitsource._api import RecordEmitter, Source, Split, SplitReader, SplitState
+from splitsource._api import ReadEvent, RecordEmitter, Source, Split, SplitReader, SplitState
 from splitsource._errors import ProtocolError, SplitReadError, SplitSourceError
 from splitsource._planning import ReadRate, RetryPolicy
 from splitsource.runtime._throttle import Throttle
@@ -58,9 +58,12 @@ class ReaderMetrics:
     throttled_s: float = 0.0  # seconds the reader slept to keep to its read rate
     finished_splits: list[str] = field(default_factory=list)
     split_rows: dict[str, int] = field(default_factory=dict)  # rows emitted per split id, finished or not
+    event_counts: dict[str, int] = field(default_factory=dict)  # ReadEvents by kind
+    events: list[ReadEvent] = field(default_factory=list)  # the first MAX_EVENTS of them
 
 
 _END = ("end",)
+MAX_EVENTS = 100  # events kept per reader with their detail; all are counted
 
 
 class SourceReader(Generic[SplitT, RawT]):
@@ -153,6 +156,9 @@ class SourceReader(Generic[SplitT, RawT]):
                     unfinished.add(split.split_id)
                     reader.add_splits([split])
                 result = reader.fetch()
+                for event in result.events:
+                    if not self._put(("event", event)):
+                        return
                 for split_id, raw in result.batches:
                     if not self._put(("batch", split_id, raw)):
                         return
@@ -236,6 +242,11 @@ class SourceReader(Generic[SplitT, RawT]):
                         raise ProtocolError(f"{self._name}: split '{split.split_id}' assigned twice")
                     self._states[split.split_id] = self._source.create_split_state(split)
                     self._inbox.put(split)
+                elif kind == "event":
+                    log.warning("%s: %s", self._name, item[1])
+                    if len(self.metrics.events) < MAX_EVENTS:
+                        self.metrics.events.append(item[1])
+                    self.metrics.event_counts[item[1].kind] = self.metrics.event_counts.get(item[1].kind, 0) + 1
                 elif kind == "finished":
                     if self._states.pop(item[1], None) is not None:
                         self.metrics.finished_splits.append(item[1])

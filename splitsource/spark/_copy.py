@@ -31,7 +31,7 @@ from serializers import write_envelope
 from splitsource._api import FixedEnumeratorContext
 from splitsource._errors import OptionsError, SplitSourceError
 from splitsource.copyjob._job import committed_rows, failure, root_cause
-from splitsource.copyjob._protocol import CopyRun, EngineResult, ReadStats, copy_task
+from splitsource.copyjob._protocol import CopyRun, EngineResult, ReadStats, copy_task, task_report
 from splitsource.copyjob._signals import deferred, stop_requested
 from splitsource.runtime._read import conform_batch
 from splitsource.runtime._source_reader import ReaderMetrics
@@ -67,8 +67,7 @@ class TaskProgress:
         self._last = now
         report: dict[str, Any] = {"splits": splits, "rows": rows}
         if final:  # what the summary adds up once the batch is committed
-            report.update(final=True, retries=metrics.retries, throttled_s=metrics.throttled_s,
-                          split_rows=metrics.split_rows)
+            report.update(final=task_report(metrics))
         try:
             write_atomically(self._fs, self._path, json.dumps(report).encode())
         except OSError:
@@ -92,7 +91,7 @@ def live_progress(directory: str, after_batch: int, stats: ReadStats | None = No
             report = json.loads(read_text(fs, info.path))
             if int(batch) <= after_batch:
                 if stats is not None and report.get("final"):
-                    stats.add(report["retries"], report["throttled_s"], report["split_rows"])
+                    stats.add(report["final"])
                 fs.delete_file(info.path)
                 continue
             splits += int(report["splits"])

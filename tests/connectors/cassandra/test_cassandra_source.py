@@ -56,7 +56,7 @@ def driver_rows(node: Any, table: str = "orders", columns: str = "*") -> pa.Tabl
         cluster.shutdown()
     emitter = source.create_record_emitter()
     state = source.create_split_state(source.create_enumerator(None).next_split())  # type: ignore[arg-type]
-    batch = emitter.emit(([tuple(r) for r in rows], None), state)
+    batch = emitter.emit(([tuple(r) for r in rows], None, 0), state)
     return pa.Table.from_batches([batch] if batch is not None else [], schema=source.schema())
 
 
