@@ -1,12 +1,13 @@
 """The cost of the wide-partition path: one partition of 200,000 rows read by one reader with default pages,
-with smaller pages from the start, through two timed-out pages that shrink (the path), and with a real request
-timeout between the time of a default page and of a small one.
+with smaller pages from the start, and through two timed-out pages that shrink (the path).
 
     python bench/bench_wide_partition.py --repeat 3     # starts the local node of scripts/cassandra.py if needed
 
 The timed-out pages are made as in the tests (``tests/connectors/cassandra/timeout_pages.py``): read from the
 real server, then dropped as a client that gave up on them would, so the path pays what a real timeout costs
-short of the wait itself (a real one also waits ``request_timeout_s`` per timed-out page).
+short of the wait itself: a real one also waits ``request_timeout_s`` per timed-out page. (A real timeout on
+this partition cannot be had: a page of 5,000 rows comes back in a few milliseconds here, well below the
+smallest ``request_timeout_s`` of 0.1 s; the figures printed at the end show it.)
 """
 
 from __future__ import annotations
@@ -88,20 +89,21 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    import logging
+
     from bench.cassandra_table import ensure_cassandra
 
+    logging.getLogger("splitsource").setLevel(logging.ERROR)  # the path's own warnings, once per run
     ensure_cassandra()
     ensure_wide(args.rows)
     base = {"hosts": "127.0.0.1", "keyspace": KEYSPACE, "table": TABLE, "splits": "1"}
     t5000, t1250 = page_seconds(base, 5000), page_seconds(base, 1250)
-    real_timeout = round((t5000 * t1250) ** 0.5, 4)  # between a default page and a small one
     proof = tempfile.mkdtemp(prefix="bench-wide-")
     fake = "tests.connectors.cassandra.timeout_pages:TimeoutPagesSource"
     cases: list[tuple[str, str, dict[str, str]]] = [
         ("default pages (5,000 rows), no timeout", "cassandra", base),
         ("small pages (1,250 rows) from the start", "cassandra", {**base, "fetch_size": "1250"}),
         ("two pages time out and shrink 5,000 -> 1,250", fake, {**base, "max_page": "2000", "proof": proof}),
-        (f"real request_timeout_s={real_timeout:g} s", "cassandra", {**base, "request_timeout_s": str(real_timeout)}),
     ]
     results: list[dict[str, Any]] = []
     baseline = 0.0

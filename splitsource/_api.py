@@ -34,6 +34,7 @@ __all__ = [
     "Boundedness",
     "EnumeratorState",
     "RecordEmitter",
+    "Predicate",
     "ReadEvent",
     "RecordsBySplits",
     "Source",
@@ -187,6 +188,16 @@ class SplitEnumerator(abc.ABC, Generic[SplitT, PositionT]):
 
 
 @dataclasses.dataclass(frozen=True)
+class Predicate:
+    """One conjunct of a query's filter on a top-level column, for :meth:`Source.push_predicates`: ``op`` is one
+    of ``=``, ``in`` (``value`` a tuple), ``<``, ``<=``, ``>``, ``>=``; ``value`` a plain Python value."""
+
+    column: str
+    op: str
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True)
 class ReadEvent:
     """Something a split reader met and coped with, worth telling the operator: ``kind`` (for example
     ``page_shrunk``), the split it happened in, and one line of detail. Counted by kind in the copy's summary."""
@@ -315,6 +326,12 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
     def identity(self) -> Mapping[str, Any]:
         """What makes two runs read the same data (for refusing a foreign checkpoint); secrets excluded."""
         return {"connector": self.name}
+
+    def push_predicates(self, predicates: Sequence[Predicate]) -> tuple[Mapping[str, str], Sequence[int]]:
+        """Filter pushdown (Spark's ``pushFilters``): the options that make this source apply some of
+        ``predicates`` itself (added to its options for the read), and the indices of those it now applies
+        exactly; Spark evaluates the others. The default pushes nothing."""
+        return {}, ()
 
     def reference_rows(self) -> Iterator[tuple[Any, ...]] | None:
         """Every row of the source, read *without* the split reader and the record emitter, for

@@ -102,6 +102,9 @@ class FrameworkOptions:
                                       "engine's: copy --workers, Spark's default parallelism for copy, the read's "
                                       "partitions for spark.read)", minimum=0)
 
+    pushdown: bool = option(False, doc="spark.read: offer the query's filters to the connector (Spark needs "
+                                       "spark.sql.python.filterPushdown.enabled=true as well)")
+
     @property
     def rate(self) -> ReadRate:
         """The job's read rate limit (see :func:`concurrent_readers` for its share per reader)."""

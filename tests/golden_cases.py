@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from connectors.cassandra._source import CASSANDRA_SPLIT_SERIALIZER, CassandraSplit
 from connectors.generator import GeneratorPosition, GeneratorSource, GeneratorSplit
 from serializers import SimpleVersionedSerializer
 from splitsource import EnumeratorState, EnumeratorStateSerializer
@@ -11,6 +12,9 @@ from splitsource import EnumeratorState, EnumeratorStateSerializer
 _gen = GeneratorSource({})
 
 CASES: dict[str, tuple[SimpleVersionedSerializer[Any], Any]] = {
+    # page_size 0: what version 1 (before page sizes were kept) reads as
+    "cassandra-split": (CASSANDRA_SPLIT_SERIALIZER,
+                        CassandraSplit(-(2**63), 2**63 - 1, 1024, b"paging", 300, False, 0)),
     "generator-split": (_gen.split_serializer(), GeneratorSplit(3, 3500, 4000, 30)),
     "generator-position": (_gen.position_serializer(), GeneratorPosition(17)),
     "generator-enumerator-state": (

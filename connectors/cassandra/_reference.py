@@ -10,7 +10,7 @@ its integer milliseconds instead of a float-derived ``datetime``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from connectors.cassandra._types import exact_protocol_handler, kind
@@ -50,20 +50,22 @@ def plain(value: Any, cql_type: Any) -> Any:
     return value
 
 
-def reference_rows(session: Any, keyspace: str, table: str, columns: list[str], fetch_size: int) -> Iterator[
-        tuple[Any, ...]]:
-    """Every row of ``keyspace.table`` (``columns`` only), in verify's plain form."""
+def reference_rows(session: Any, keyspace: str, table: str, columns: list[str], fetch_size: int,
+                   restrictions: Sequence[str] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every row of ``keyspace.table`` (``columns`` only), in verify's plain form: one scan of the whole table,
+    or one per WHERE clause in ``restrictions`` (a partial export: token ranges, the ``where`` option)."""
     from cassandra.query import SimpleStatement
 
     def quote(name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
     session.client_protocol_handler = exact_protocol_handler()  # rows come as tuples: connect() sets tuple_factory
-    statement = SimpleStatement(f"SELECT {', '.join(quote(c) for c in columns)} FROM {quote(keyspace)}."
-                                f"{quote(table)}", fetch_size=fetch_size)
-    result = session.execute(statement)
-    types: list[Any] | None = None
-    for row in result:
-        if types is None:
-            types = list(result.column_types)
-        yield tuple(plain(v, t) for v, t in zip(row, types, strict=True))
+    select = f"SELECT {', '.join(quote(c) for c in columns)} FROM {quote(keyspace)}.{quote(table)}"
+    for where in restrictions or [""]:
+        statement = SimpleStatement(f"{select} WHERE {where}" if where else select, fetch_size=fetch_size)
+        result = session.execute(statement)
+        types: list[Any] | None = None
+        for row in result:
+            if types is None:
+                types = list(result.column_types)
+            yield tuple(plain(v, t) for v, t in zip(row, types, strict=True))

@@ -34,11 +34,12 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +47,18 @@ import pyarrow as pa
 
 from connectors.cassandra._reference import reference_rows
 from connectors.cassandra._tokens import PARTITIONERS, PlanEntry, TokenRange, build_plan, ring_ranges
-from connectors.cassandra._types import arrow_type, column_converter, exact_protocol_handler, select_expression
+from connectors.cassandra._types import (
+    arrow_type,
+    column_converter,
+    exact_protocol_handler,
+    kind,
+    select_expression,
+)
 from serializers import MsgpackRecordSerializer, SimpleVersionedSerializer
 from splitsource import (
     EnumeratorState,
     OptionsError,
+    Predicate,
     ReadEvent,
     RecordEmitter,
     RecordsBySplits,
@@ -95,6 +103,10 @@ class CassandraOptions:
     password_file: str = option("", doc="a file whose first line is the password")
     ssl: bool = option(False, doc="use TLS")
     ssl_ca_file: str = option("", doc="CA certificate (PEM) to verify the server")
+    token_range: str = option("", doc="only keys with start < token <= end: 'start,end' (start > end wraps around "
+                                      "the ring)", parse=lambda text: _parse_token_range(text))
+    where: str = option("", doc="an extra CQL restriction the server serves without ALLOW FILTERING, e.g. "
+                                "\"pk IN (1, 2)\"; checked by preparing the query", parse=str.strip)
     connect_timeout_s: float = option(10.0, doc="connect timeout in seconds", minimum=0.1)
     request_timeout_s: float = option(30.0, doc="timeout of one page request in seconds", minimum=0.1)
 
@@ -115,6 +127,36 @@ class CassandraOptions:
     @property
     def host_list(self) -> list[str]:
         return [h.strip() for h in self.hosts.split(",") if h.strip()]
+
+    def token_intervals(self, lo: int, hi: int) -> list[TokenRange]:
+        """``token_range`` as ranges of the partitioner's ``(lo, hi]`` (two when it wraps); the whole ring when
+        the option is not set."""
+        if not self.token_range:
+            return [TokenRange(lo, hi)]
+        start, end = (int(t) for t in self.token_range.split(","))
+        for token in (start, end):
+            if not lo <= token <= hi:
+                raise OptionsError(f"option 'token_range': token {token} is outside the partitioner's range "
+                                   f"[{lo}, {hi}]")
+        if start < end:
+            return [TokenRange(start, end)]
+        return [r for r in (TokenRange(start, hi), TokenRange(lo, end)) if r.width > 0]
+
+
+def _parse_token_range(text: str) -> str:
+    """'start,end' with integer tokens, normalised; '' for the whole ring."""
+    if not text.strip():
+        return ""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 2:
+        raise ValueError("expected 'start,end' (two tokens)")
+    try:
+        start, end = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError("tokens are integers: 'start,end'") from None
+    if start == end:
+        raise ValueError("start and end are the same token: the range is empty")
+    return f"{start},{end}"
 
 
 class CassandraConnectionError(SplitSourceError, ConnectionError):
@@ -474,6 +516,8 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         if not self.options.host_list:
             raise OptionsError("option 'hosts': give at least one host")
         self._meta: tuple[list[str], list[str], pa.Schema, list[Any]] | None = None
+        self._clustering: list[str] = []
+        self._kinds: dict[str, str] = {}
 
     def _metadata(self) -> tuple[list[str], list[str], pa.Schema, list[Any]]:
         """(partition key columns in schema order, selectors of the wanted columns, Arrow schema, converters)."""
@@ -482,6 +526,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
             try:
                 table = _table_metadata(cluster, self.options)
                 pk = [c.name for c in table.partition_key]
+                self._clustering = [c.name for c in table.clustering_key]
                 wanted = [c.strip() for c in self.options.columns.split(",") if c.strip()] or list(table.columns)
                 unknown = [c for c in wanted if c not in table.columns]
                 if unknown:
@@ -494,21 +539,48 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                     f"{_quote(self.options.keyspace)}.{_quote(self.options.table)} LIMIT 1"
                 )
                 types = [col[3] for col in prepared.result_metadata]  # (keyspace, table, name, type)
+                selectors = [select_expression(t, _quote(n)) for n, t in zip(wanted, types, strict=True)]
+                if self.options.where:
+                    _check_where(session, self._select(pk, selectors), self.options.where)
             finally:
                 cluster.shutdown()
             schema = pa.schema([pa.field(n, arrow_type(t), nullable=True) for n, t in zip(wanted, types, strict=True)])
             converters = [column_converter(t, n) for n, t in zip(wanted, types, strict=True)]
-            selectors = [select_expression(t, _quote(n)) for n, t in zip(wanted, types, strict=True)]
+            self._kinds = {n: kind(t) for n, t in zip(wanted, types, strict=True)}
             self._meta = (pk, selectors, schema, converters)
         return self._meta
 
-    def select_cql(self) -> str:
-        pk, selectors, _, _ = self._metadata()
+    def _select(self, pk: Sequence[str], selectors: Sequence[str], where: str | None = None) -> str:
         token = f"token({', '.join(_quote(c) for c in pk)})"
+        where = self.options.where if where is None else where
+        where = f" AND {where}" if where else ""
         return (
             f"SELECT {', '.join(selectors)} FROM {_quote(self.options.keyspace)}."
-            f"{_quote(self.options.table)} WHERE {token} > ? AND {token} <= ?"
+            f"{_quote(self.options.table)} WHERE {token} > ? AND {token} <= ?{where}"
         )
+
+    def select_cql(self) -> str:
+        """The query of a split: its token range (two bind markers) and the ``where`` option."""
+        pk, selectors, _, _ = self._metadata()
+        return self._select(pk, selectors)
+
+    def restrictions(self) -> list[str]:
+        """The WHERE clauses that select what this source reads, for a plain scan (verify): one per interval of
+        ``token_range`` (with ``where``), or ``where`` alone, or none (the whole table)."""
+        if not self.options.token_range:
+            return [self.options.where] if self.options.where else []
+        pk = self._metadata()[0]
+        token = f"token({', '.join(_quote(c) for c in pk)})"
+        lo, hi = self._partitioner_bounds()
+        where = f" AND {self.options.where}" if self.options.where else ""
+        return [f"{token} > {r.start} AND {token} <= {r.end}{where}" for r in self.options.token_intervals(lo, hi)]
+
+    def _partitioner_bounds(self) -> tuple[int, int]:
+        cluster, _ = connect(self.options, schema_metadata=False)
+        try:
+            return _bounds(cluster)
+        finally:
+            cluster.shutdown()
 
     def schema(self) -> pa.Schema:
         return self._metadata()[2]
@@ -540,10 +612,8 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         cluster, session = connect(o)
         try:
             _table_metadata(cluster, o)
-            partitioner = str(cluster.metadata.partitioner).rsplit(".", 1)[-1]
-            if partitioner not in PARTITIONERS:
-                raise SplitSourceError(f"partitioner {partitioner} is not supported (Murmur3 and Random are)")
-            lo, hi = PARTITIONERS[partitioner]
+            lo, hi = _bounds(cluster)
+            wanted = o.token_intervals(lo, hi)
             token_map = cluster.metadata.token_map
             ranges = ring_ranges((t.value for t in token_map.ring), lo, hi)
             with_replicas = []
@@ -557,6 +627,8 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                     size = int(mean_size) * int(count)
                     for piece in _cut_at_bounds(int(range_start), int(range_end), lo, hi):
                         estimates[piece] = estimates.get(piece, 0) + size
+            if o.token_range:  # only the ring's parts inside token_range, their estimates in proportion
+                with_replicas, estimates = _clip(with_replicas, estimates, wanted)
             if (not any(v > 0 for v in estimates.values()) and not o.splits
                     and not CassandraSource._warned_empty_estimates):
                 CassandraSource._warned_empty_estimates = True
@@ -567,7 +639,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                 )
             return build_plan(
                 with_replicas, estimates, split_bytes=int(o.split_size_mb * 1024 * 1024),
-                total_splits=o.splits, fallback_splits=max(32, len(ranges)),
+                total_splits=o.splits, fallback_splits=max(32, len(with_replicas)),
             )
         finally:
             cluster.shutdown()
@@ -605,9 +677,53 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                      CassandraConnectionError, CassandraTimeoutError, ConnectionError)
         return isinstance(error, transient) or super().is_transient(error)
 
+    def push_predicates(self, predicates: Sequence[Predicate]) -> tuple[Mapping[str, str], Sequence[int]]:
+        """Take what Cassandra serves without ALLOW FILTERING: equality or IN on every partition-key column
+        (the scan becomes reads of those partitions), and then, clustering column by clustering column in order,
+        equalities and finally one column's range. Anything else stays with Spark. The restriction is added to
+        ``where`` and checked by preparing the query; if the server refuses it, nothing is pushed."""
+        pk, selectors, _, _ = self._metadata()
+        literal = {i: _cql_literal(p.value, self._kinds.get(p.column, ""), p.op) for i, p in enumerate(predicates)}
+        usable = [i for i in literal if literal[i] is not None]
+
+        def on(column: str, ops: set[str]) -> list[int]:
+            return [i for i in usable if predicates[i].column == column and predicates[i].op in ops]
+
+        taken: list[int] = []
+        for column in pk:
+            found = on(column, {"=", "in"})
+            if not found:
+                return {}, ()  # a partial partition key: the server would have to filter
+            taken.append(found[0])
+        for column in self._clustering:
+            equal = on(column, {"="})
+            if equal:
+                taken.append(equal[0])
+                continue
+            taken.extend(on(column, {"<", "<=", ">", ">="}))
+            break
+        clauses = [f"{_quote(predicates[i].column)} {predicates[i].op.upper()} {literal[i]}" for i in taken]
+        where = " AND ".join([self.options.where, *clauses] if self.options.where else clauses)
+        cluster, session = connect(self.options, schema_metadata=False)
+        try:
+            _check_where(session, self._select(pk, selectors, where), where)
+        except OptionsError as exc:
+            log.info("not pushing %s to Cassandra: %s", where, exc)
+            return {}, ()
+        finally:
+            cluster.shutdown()
+        return {"where": where}, taken
+
     def identity(self) -> dict[str, Any]:
         o = self.options
-        return {"connector": self.name, "keyspace": o.keyspace, "table": o.table, "columns": o.columns}
+        identity = {"connector": self.name, "keyspace": o.keyspace, "table": o.table, "columns": o.columns}
+        # a partial export is another copy: its checkpoint is refused for another subset (absent when unset, so
+        # the checkpoints of whole-table copies keep their fingerprint)
+        if o.token_range:
+            identity["token_range"] = o.token_range
+        if o.where:
+            identity["where"] = o.where
+        return identity
 
     def reference_rows(self) -> Iterator[tuple[Any, ...]]:
         """One plain scan of the table through the driver (see ``connectors.cassandra._reference``)."""
@@ -615,7 +731,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         cluster, session = connect(self.options, schema_metadata=False)
         try:
             yield from reference_rows(session, self.options.keyspace, self.options.table, names,
-                                      self.options.fetch_size)
+                                      self.options.fetch_size, self.restrictions())
         finally:
             cluster.shutdown()
 
@@ -641,6 +757,65 @@ def _estimates_of(session: Any, host: Any, options: CassandraOptions) -> list[An
                 log.warning("no size estimates from %s (%s): planning without them", host.endpoint, exc)
                 return []
             time.sleep(0.2)
+
+
+def _bounds(cluster: Any) -> tuple[int, int]:
+    partitioner = str(cluster.metadata.partitioner).rsplit(".", 1)[-1]
+    if partitioner not in PARTITIONERS:
+        raise SplitSourceError(f"partitioner {partitioner} is not supported (Murmur3 and Random are)")
+    return PARTITIONERS[partitioner]
+
+
+def _clip(ranges: Sequence[tuple[TokenRange, tuple[str, ...]]], estimates: Mapping[TokenRange, int],
+          wanted: Sequence[TokenRange]) -> tuple[list[tuple[TokenRange, tuple[str, ...]]], dict[TokenRange, int]]:
+    """The parts of the ring's ``ranges`` inside ``wanted``, each with its replicas and the share of its range's
+    estimate that its width is."""
+    clipped: list[tuple[TokenRange, tuple[str, ...]]] = []
+    sizes: dict[TokenRange, int] = {}
+    for r, replicas in ranges:
+        for w in wanted:
+            part = TokenRange(max(r.start, w.start), min(r.end, w.end))
+            if part.width > 0:
+                clipped.append((part, replicas))
+                if estimates.get(r, 0) > 0:
+                    sizes[part] = estimates[r] * part.width // r.width
+    return clipped, sizes
+
+
+_INTEGERS = frozenset({"int", "bigint", "smallint", "tinyint", "varint", "counter"})
+_TEXTS = frozenset({"text", "varchar", "ascii"})
+
+
+def _cql_literal(value: Any, cql_kind: str, op: str) -> str | None:
+    """``value`` as a CQL literal for a column of ``cql_kind`` (``(a, b)`` for IN); None when it is not one this
+    connector writes exactly (Spark keeps the filter)."""
+    if op == "in":
+        items = [_cql_literal(v, cql_kind, "=") for v in value]
+        return None if not items or None in items else f"({', '.join(str(i) for i in items)})"
+    if cql_kind in _INTEGERS and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if cql_kind in _TEXTS and isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if cql_kind == "boolean" and isinstance(value, bool):
+        return "true" if value else "false"
+    if cql_kind == "double" and isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return None
+
+
+def _check_where(session: Any, select: str, where: str) -> None:
+    """Prepare the split query with ``where``: a restriction the server refuses (a column that needs ALLOW
+    FILTERING, a typo) fails here, at planning, naming the option and quoting the server."""
+    from cassandra import InvalidRequest
+    from cassandra.protocol import SyntaxException
+
+    try:
+        prepared = session.prepare(select)
+    except (InvalidRequest, SyntaxException) as exc:
+        message = getattr(exc, "message", "") or str(exc)
+        raise OptionsError(f"option 'where': Cassandra refuses {where!r}: {message}") from None
+    if len(prepared.column_metadata) != 2:
+        raise OptionsError(f"option 'where': {where!r} has bind markers (?); write the values into it")
 
 
 def _cut_at_bounds(start: int, end: int, lo: int, hi: int) -> list[TokenRange]:

@@ -4,15 +4,27 @@ splits in order (``read()``) through the runtime's :class:`~splitsource.runtime.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import logging
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from splitsource._api import Split
+from splitsource._api import Predicate, Split
 from splitsource._planning import (
     FrameworkOptions,
     TaskEnvironment,
@@ -23,7 +35,10 @@ from splitsource._planning import (
 )
 from splitsource.runtime._read import read_splits
 
-__all__ = ["SplitSourceBatchReader", "SplitsPartition", "partitions_of", "read_partition", "spark_arrow_schema"]
+__all__ = ["PushdownBatchReader", "SplitSourceBatchReader", "SplitsPartition", "partitions_of", "predicate_of",
+           "read_partition", "spark_arrow_schema"]
+
+log = logging.getLogger("splitsource.spark")
 
 
 def spark_arrow_schema(schema: pa.Schema) -> tuple[StructType, pa.Schema]:
@@ -65,6 +80,20 @@ def read_partition(options: Mapping[str, str], partition: SplitsPartition, expec
                            partition.readers)
 
 
+_OPS = {EqualTo: "=", In: "in", LessThan: "<", LessThanOrEqual: "<=", GreaterThan: ">", GreaterThanOrEqual: ">="}
+
+
+def predicate_of(spark_filter: Filter) -> Predicate | None:
+    """A Spark filter as the framework's :class:`Predicate`; None for what it does not express (nested columns,
+    NOT, string matching, null tests)."""
+    op = _OPS.get(type(spark_filter))
+    attribute: tuple[str, ...] = tuple(getattr(spark_filter, "attribute", ()))
+    if op is None or len(attribute) != 1:
+        return None
+    value: Any = getattr(spark_filter, "value", None)
+    return Predicate(attribute[0], op, tuple(value) if op == "in" else value)
+
+
 class SplitSourceBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._options = dict(options)
@@ -79,3 +108,22 @@ class SplitSourceBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitsPartition)
         yield from read_partition(self._options, partition, self._expected)
+
+
+class PushdownBatchReader(SplitSourceBatchReader):
+    """The batch reader with filter pushdown (option ``pushdown``; Spark needs
+    ``spark.sql.python.filterPushdown.enabled`` true)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name
+        """Offer the filters to the connector (:meth:`~splitsource.Source.push_predicates`); those it takes are
+        read with its added options (visible to ``partitions()`` and ``read()``: this object is pickled after),
+        the rest are returned for Spark to evaluate. Called only when
+        ``spark.sql.python.filterPushdown.enabled`` is true."""
+        offered = [(f, p) for f in filters if (p := predicate_of(f)) is not None]
+        _, source = build_source(self._options)
+        added, taken = source.push_predicates([p for _, p in offered])
+        pushed = {id(offered[i][0]) for i in taken}
+        if pushed:
+            self._options.update(added)
+            log.info("pushed to %s: %s", source.name, ", ".join(str(offered[i][1]) for i in taken))
+        return [f for f in filters if id(f) not in pushed]

@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 
 from splitsource._options import options_table
 from splitsource._planning import FrameworkOptions, build_source
-from splitsource.spark._reader import SplitSourceBatchReader, spark_arrow_schema
+from splitsource.spark._reader import PushdownBatchReader, SplitSourceBatchReader, spark_arrow_schema
 from splitsource.spark._stream import SplitSourceStreamReader
 
 __all__ = ["SplitSourceDataSource"]
@@ -46,7 +46,11 @@ class SplitSourceDataSource(DataSource):
         return spark_arrow_schema(source.schema())[0]
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        build_source(self.options)  # fail on bad options in the driver, before any task starts
+        framework, _ = build_source(self.options)  # fail on bad options in the driver, before any task starts
+        # Spark refuses a reader that implements pushFilters while spark.sql.python.filterPushdown.enabled is
+        # false (its default), even for a query with no filter: pushdown is a reader of its own, asked for
+        if framework.pushdown:
+            return PushdownBatchReader(self.options, schema)
         return SplitSourceBatchReader(self.options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name

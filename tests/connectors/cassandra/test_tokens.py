@@ -61,13 +61,3 @@ def test_plan_interleaves_replica_sets() -> None:
     assert sequence == [("a",), ("b",), ("a",), ("b",)]
     assert isinstance(plan[0], PlanEntry)
 
-
-def test_a_split_checkpointed_before_page_sizes_were_kept_still_reads() -> None:
-    """Version 1 of the split format had no page size: its bytes still read, with the option's page size."""
-    from connectors.cassandra._source import CASSANDRA_SPLIT_SERIALIZER, CassandraSplit
-    from serializers import pack
-
-    v1 = pack(["-5", "17", 1024, b"paging", 300, False])
-    assert CASSANDRA_SPLIT_SERIALIZER.deserialize(1, v1) == CassandraSplit(-5, 17, 1024, b"paging", 300, False, 0)
-    now = CassandraSplit(-5, 17, 1024, b"paging", 300, False, 625)
-    assert CASSANDRA_SPLIT_SERIALIZER.deserialize(2, CASSANDRA_SPLIT_SERIALIZER.serialize(now)) == now

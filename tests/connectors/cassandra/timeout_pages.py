@@ -43,7 +43,11 @@ class _TimeoutPagesReader(CassandraSplitReader):
 
 
 class TimeoutPagesSource(CassandraSource):
+    """Also writes the query of each split reader it makes to ``<proof>/select-<pid>-<n>``."""
+
     options_class = TimeoutPagesOptions
 
     def create_split_reader(self) -> CassandraSplitReader:
+        assert isinstance(self.options, TimeoutPagesOptions)
+        (Path(self.options.proof) / f"select-{os.getpid()}-{next(_timeouts)}").write_text(self.select_cql())
         return _TimeoutPagesReader(self)
