@@ -92,7 +92,8 @@ def main() -> int:
                       f"--max-{limit}-per-second {value:>10,g}  measured {result['measured']:>12,.2f} over "
                       f"{result['window_s']:5.1f} s ({result['rows']:,} rows, wall {result['wall_s']} s)  "
                       f"ratio {result['ratio']:.3f}", flush=True)
-    target = ROOT / "bench" / "results" / "throttle.json"
+    suffix = f"-batches-{args.max_splits_per_batch}" if args.max_splits_per_batch else ""
+    target = ROOT / "bench" / "results" / f"throttle{suffix}.json"
     target.write_text(json.dumps({"seconds": args.seconds, "arrow_bytes_per_row": round(per_row, 1),
                                   "results": results}, indent=2) + "\n")
     print(f"raw results: {target.relative_to(ROOT)}")
