@@ -327,6 +327,11 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
         """What makes two runs read the same data (for refusing a foreign checkpoint); secrets excluded."""
         return {"connector": self.name}
 
+    def volatile_columns(self) -> Sequence[str]:
+        """Columns whose values change by themselves between two reads (a TTL counting down): ``verify``
+        compares only whether they are null. The default: none."""
+        return ()
+
     def push_predicates(self, predicates: Sequence[Predicate]) -> tuple[Mapping[str, str], Sequence[int]]:
         """Filter pushdown (Spark's ``pushFilters``): the options that make this source apply some of
         ``predicates`` itself (added to its options for the read), and the indices of those it now applies

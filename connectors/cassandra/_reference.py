@@ -50,17 +50,19 @@ def plain(value: Any, cql_type: Any) -> Any:
     return value
 
 
-def reference_rows(session: Any, keyspace: str, table: str, columns: list[str], fetch_size: int,
+def reference_rows(session: Any, keyspace: str, table: str, selectors: list[str], fetch_size: int,
                    restrictions: Sequence[str] = ()) -> Iterator[tuple[Any, ...]]:
-    """Every row of ``keyspace.table`` (``columns`` only), in verify's plain form: one scan of the whole table,
-    or one per WHERE clause in ``restrictions`` (a partial export: token ranges, the ``where`` option)."""
+    """Every row of ``keyspace.table`` (``selectors``: quoted columns, ``WRITETIME(..)``, ``TTL(..)``), in verify's
+    plain form: one scan of the whole table, or one per WHERE clause in ``restrictions`` (a partial export: token
+    ranges, the ``where`` option). A write time is a bigint of microseconds: already the plain form of a
+    timestamp."""
     from cassandra.query import SimpleStatement
 
     def quote(name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
 
     session.client_protocol_handler = exact_protocol_handler()  # rows come as tuples: connect() sets tuple_factory
-    select = f"SELECT {', '.join(quote(c) for c in columns)} FROM {quote(keyspace)}.{quote(table)}"
+    select = f"SELECT {', '.join(selectors)} FROM {quote(keyspace)}.{quote(table)}"
     for where in restrictions or [""]:
         statement = SimpleStatement(f"{select} WHERE {where}" if where else select, fetch_size=fetch_size)
         result = session.execute(statement)

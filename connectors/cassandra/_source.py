@@ -107,6 +107,10 @@ class CassandraOptions:
                                       "the ring)", parse=lambda text: _parse_token_range(text))
     where: str = option("", doc="an extra CQL restriction the server serves without ALLOW FILTERING, e.g. "
                                 "\"pk IN (1, 2)\"; checked by preparing the query", parse=str.strip)
+    writetime_columns: str = option("", doc="add <col>_writetime (timestamp, µs) for these regular columns: a "
+                                            "comma-separated list, or * for every one that has it", parse=str.strip)
+    ttl_columns: str = option("", doc="add <col>_ttl (seconds left, null when none) for these regular columns: a "
+                                      "list, or *", parse=str.strip)
     connect_timeout_s: float = option(10.0, doc="connect timeout in seconds", minimum=0.1)
     request_timeout_s: float = option(30.0, doc="timeout of one page request in seconds", minimum=0.1)
 
@@ -517,6 +521,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
             raise OptionsError("option 'hosts': give at least one host")
         self._meta: tuple[list[str], list[str], pa.Schema, list[Any]] | None = None
         self._clustering: list[str] = []
+        self._volatile: list[str] = []
         self._kinds: dict[str, str] = {}
 
     def _metadata(self) -> tuple[list[str], list[str], pa.Schema, list[Any]]:
@@ -534,18 +539,25 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                         f"option 'columns': {', '.join(unknown)} not in {self.options.keyspace}.{self.options.table}; "
                         f"columns: {', '.join(table.columns)}"
                     )
-                prepared = session.prepare(
-                    f"SELECT {', '.join(_quote(c) for c in wanted)} FROM "
-                    f"{_quote(self.options.keyspace)}.{_quote(self.options.table)} LIMIT 1"
-                )
-                types = [col[3] for col in prepared.result_metadata]  # (keyspace, table, name, type)
-                selectors = [select_expression(t, _quote(n)) for n, t in zip(wanted, types, strict=True)]
+                meta = _cell_metadata(cluster, table, self.options)
+                extra = [f"{fn}({_quote(c)})" for fn, c, _ in meta]
+                prepared = _prepare_metadata(session, f"SELECT {', '.join([*(_quote(c) for c in wanted), *extra])} "
+                                             f"FROM {_quote(self.options.keyspace)}.{_quote(self.options.table)} "
+                                             "LIMIT 1", bool(meta))
+                types = [col[3] for col in prepared.result_metadata][:len(wanted)]  # (keyspace, table, name, type)
+                selectors = [select_expression(t, _quote(n)) for n, t in zip(wanted, types, strict=True)] + extra
                 if self.options.where:
                     _check_where(session, self._select(pk, selectors), self.options.where)
             finally:
                 cluster.shutdown()
-            schema = pa.schema([pa.field(n, arrow_type(t), nullable=True) for n, t in zip(wanted, types, strict=True)])
+            fields = [pa.field(n, arrow_type(t), nullable=True) for n, t in zip(wanted, types, strict=True)]
             converters = [column_converter(t, n) for n, t in zip(wanted, types, strict=True)]
+            for function, _, name in meta:
+                cell_type = _WRITETIME_TYPE if function == "WRITETIME" else pa.int32()
+                fields.append(pa.field(name, cell_type, nullable=True))
+                converters.append(_cell_converter(cell_type))
+            schema = pa.schema(fields)
+            self._volatile = [name for function, _, name in meta if function == "TTL"]
             self._kinds = {n: kind(t) for n, t in zip(wanted, types, strict=True)}
             self._meta = (pk, selectors, schema, converters)
         return self._meta
@@ -714,6 +726,11 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
             cluster.shutdown()
         return {"where": where}, taken
 
+    def volatile_columns(self) -> Sequence[str]:
+        """The ``<col>_ttl`` columns: a TTL counts down between the copy and ``verify``."""
+        self._metadata()
+        return list(self._volatile)
+
     def identity(self) -> dict[str, Any]:
         o = self.options
         identity = {"connector": self.name, "keyspace": o.keyspace, "table": o.table, "columns": o.columns}
@@ -723,14 +740,20 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
             identity["token_range"] = o.token_range
         if o.where:
             identity["where"] = o.where
+        for name in ("writetime_columns", "ttl_columns"):  # they add columns: another copy
+            if getattr(o, name):
+                identity[name] = getattr(o, name)
         return identity
 
     def reference_rows(self) -> Iterator[tuple[Any, ...]]:
         """One plain scan of the table through the driver (see ``connectors.cassandra._reference``)."""
-        names = self.schema().names
+        _, selectors, schema, _ = self._metadata()
+        # the plain columns, and WRITETIME()/TTL() as the read path asks for them: the values are the server's
+        expressions = [_quote(n) if not s.startswith(("WRITETIME(", "TTL(")) else s
+                       for n, s in zip(schema.names, selectors, strict=True)]
         cluster, session = connect(self.options, schema_metadata=False)
         try:
-            yield from reference_rows(session, self.options.keyspace, self.options.table, names,
+            yield from reference_rows(session, self.options.keyspace, self.options.table, expressions,
                                       self.options.fetch_size, self.restrictions())
         finally:
             cluster.shutdown()
@@ -780,6 +803,67 @@ def _clip(ranges: Sequence[tuple[TokenRange, tuple[str, ...]]], estimates: Mappi
                 if estimates.get(r, 0) > 0:
                     sizes[part] = estimates[r] * part.width // r.width
     return clipped, sizes
+
+
+_WRITETIME_TYPE = pa.timestamp("us", tz="UTC")
+
+
+def _cell_converter(arrow: pa.DataType) -> Any:
+    """WRITETIME() (bigint microseconds) or TTL() (int seconds) values as an Arrow array."""
+    if arrow == _WRITETIME_TYPE:
+        return lambda values: pa.array(values, pa.int64()).cast(arrow)
+    return lambda values: pa.array(values, arrow)
+
+
+def _cell_metadata(cluster: Any, table: Any, options: CassandraOptions) -> list[tuple[str, str, str]]:
+    """(``WRITETIME`` or ``TTL``, column, output name) for the ``writetime_columns`` and ``ttl_columns`` options;
+    a clear error for a column Cassandra keeps no single write time or TTL for."""
+    keys = {c.name for c in table.primary_key}
+    udts = set(cluster.metadata.keyspaces[options.keyspace].user_types)
+
+    def single_cell(column: str) -> bool:
+        cql = str(table.columns[column].cql_type)
+        return not cql.startswith(("list<", "set<", "map<")) and cql not in udts and cql != "counter"
+
+    out: list[tuple[str, str, str]] = []
+    for option_name, function, suffix in (("writetime_columns", "WRITETIME", "_writetime"),
+                                          ("ttl_columns", "TTL", "_ttl")):
+        text = getattr(options, option_name)
+        if not text:
+            continue
+        if text == "*":
+            columns = [c for c in table.columns if c not in keys and single_cell(c)]
+        else:
+            columns = [c.strip() for c in text.split(",") if c.strip()]
+        for column in columns:
+            if column not in table.columns:
+                raise OptionsError(f"option '{option_name}': no column {column} in {options.keyspace}."
+                                   f"{options.table}; columns: {', '.join(table.columns)}")
+            if column in keys:
+                raise OptionsError(f"option '{option_name}': {column} is a primary-key column; Cassandra keeps a "
+                                   "write time and a TTL only for regular columns")
+            if not single_cell(column):
+                raise OptionsError(f"option '{option_name}': {column} is a {table.columns[column].cql_type} (not "
+                                   "frozen), which has a write time and TTL per element, not one; Cassandra "
+                                   f"refuses {function}() on it (freeze it, or leave it out)")
+            name = f"{column}{suffix}"
+            if name in table.columns:
+                raise OptionsError(f"option '{option_name}': the table already has a column {name}")
+            out.append((function, column, name))
+    return out
+
+
+def _prepare_metadata(session: Any, query: str, with_cells: bool) -> Any:
+    """Prepare the metadata query; a server refusal of WRITETIME()/TTL() names the options."""
+    from cassandra import InvalidRequest
+
+    try:
+        return session.prepare(query)
+    except InvalidRequest as exc:
+        if not with_cells:
+            raise
+        message = getattr(exc, "message", "") or str(exc)
+        raise OptionsError(f"options 'writetime_columns'/'ttl_columns': Cassandra refuses them: {message}") from None
 
 
 _INTEGERS = frozenset({"int", "bigint", "smallint", "tinyint", "varint", "counter"})

@@ -69,9 +69,9 @@ class CopySummary:
             f"rows/s{' (resumed from the checkpoint)' if self.resumed else ''}",
         ]
         if self.retries or self.throttled_s or self.events:
-            events = "".join(f", {count} {kind.replace('_', ' ')}" for kind, count in sorted(self.events.items()))
+            events = ", ".join(f"{kind} {count}" for kind, count in sorted(self.events.items()))
             lines.append(f"readers: {self.retries} transient errors resumed, {self.throttled_s:.1f} s throttled"
-                         f"{events}")
+                         f"{f'; events: {events}' if events else ''}")
             lines += [f"  {detail}" for detail in self.event_details[:10]]
         lines += [f"output:     {self.output}", f"checkpoint: {self.checkpoint}"]
         return "\n".join(lines)

@@ -161,14 +161,21 @@ def digest_source(source: Source[Any, Any, Any, Any], layout: dict[str, Any]) ->
     schema = source.schema()
     bucket_columns = _bucket_columns(layout)
     keys = [(schema.get_field_index(c), _bucket_text(schema.field(c).type)) for c in bucket_columns]
-    data = [(i, f.type) for i, f in enumerate(schema) if f.name not in bucket_columns]
+    volatile = set(source.volatile_columns())
+    data = [(i, f.type, f.name in volatile) for i, f in enumerate(schema) if f.name not in bucket_columns]
     rows = source.reference_rows()
     independent = rows is not None
     digest = Digest()
     for row in rows if rows is not None else _plain_rows_through_emitter(source):
         suffix = _bucket_suffix([text(row[i]) for i, text in keys])
-        digest.add(_row_bytes((canonical(row[i], t) for i, t in data), suffix))
+        digest.add(_row_bytes((_compared(row[i], t, v) for i, t, v in data), suffix))
     return digest, independent
+
+
+def _compared(value: Any, t: pa.DataType, volatile: bool) -> Any:
+    """What verify hashes of a value: its canonical form, or of a volatile column (a TTL) only whether it is
+    null (``Source.volatile_columns``)."""
+    return (value is not None) if volatile else canonical(value, t)
 
 
 # -- the output side ---------------------------------------------------------------------------------------------
@@ -335,9 +342,10 @@ def read_layout(output: str) -> dict[str, Any]:
         raise SinkError(f"{path} is corrupt") from None
 
 
-def digest_output(output: str, layout: dict[str, Any], schema: pa.Schema) -> Digest:
+def digest_output(output: str, layout: dict[str, Any], schema: pa.Schema, volatile: Iterable[str] = ()) -> Digest:
     """Digest every finished part file under ``output`` (what a reader of the directory would read), decoding
-    each column as ``schema`` says."""
+    each column as ``schema`` says; of the ``volatile`` columns only whether they are null."""
+    changing = set(volatile)
     fs, base = resolve_filesystem(output)
     bucket_columns = _bucket_columns(layout)
     fields = [f for f in schema if f.name not in bucket_columns]
@@ -347,7 +355,8 @@ def digest_output(output: str, layout: dict[str, Any], schema: pa.Schema) -> Dig
         suffix = _bucket_suffix(_path_values(relative.rpartition("/")[0], bucket_columns))
         try:
             for row in _file_rows(fs, path, fmt, fields, bool(layout.get("csv_header", True))):
-                digest.add(_row_bytes((canonical(v, f.type) for v, f in zip(row, fields, strict=True)), suffix))
+                digest.add(_row_bytes((_compared(v, f.type, f.name in changing)
+                                       for v, f in zip(row, fields, strict=True)), suffix))
         except SinkError:
             raise
         except (ValueError, KeyError, TypeError, pa.ArrowException, UnicodeDecodeError) as exc:
@@ -358,4 +367,5 @@ def digest_output(output: str, layout: dict[str, Any], schema: pa.Schema) -> Dig
 def verify(source: Source[Any, Any, Any, Any], output: str) -> VerifyResult:
     layout = read_layout(output)
     source_digest, independent = digest_source(source, layout)
-    return VerifyResult(source_digest, digest_output(output, layout, source.schema()), independent)
+    return VerifyResult(source_digest, digest_output(output, layout, source.schema(), source.volatile_columns()),
+                        independent)
