@@ -21,6 +21,10 @@ password            ""            never printed; better: password_file or SPLITS
 password_file       ""            a file whose first line is the password (not on the command line)
 ssl                 false         use TLS; ssl_ca_file to verify the server
 ssl_ca_file         ""            CA certificate (PEM) for TLS
+token_range         ""            only keys with start < token <= end: "start,end" (wraps when start > end)
+where               ""            an extra CQL restriction, served without ALLOW FILTERING
+writetime_columns   ""            add <col>_writetime for these regular columns (a list, or *)
+ttl_columns         ""            add <col>_ttl (seconds left, null: none) for these columns (a list, or *)
 connect_timeout_s   10            connecting and the control connection
 request_timeout_s   30            one page request
 ==================  ============  ===================================================================
