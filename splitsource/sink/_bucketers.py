@@ -158,17 +158,33 @@ class ColumnBucketer(Bucketer):
         data = batch.select(keep)
         keys = pa.table([_null_if_empty(pc.cast(batch.column(c), pa.string())) for c in self.columns],
                         names=list(self.columns))
-        if len(self.columns) == 1:
-            # the common case, vectorised: one pass to code the values, one filter per distinct value
-            encoded = keys.column(0).combine_chunks().dictionary_encode()
-            out = [
-                (self._path([value]), data.filter(pc.equal(encoded.indices, code)))
-                for code, value in enumerate(encoded.dictionary.to_pylist())
-            ]
-            if encoded.null_count:
-                out.append((self._path([None]), data.filter(pc.is_null(encoded.indices))))
+        # one pass whatever the number of buckets: code every row's key (nulls get a code of their own), sort the
+        # rows by code once, and cut the sorted batch at each change of code (a filter per bucket was
+        # O(rows x buckets))
+        codes: pa.Array | None = None
+        dictionaries: list[list[str | None]] = []
+        space = 1
+        for name in self.columns:
+            encoded = keys.column(name).combine_chunks().dictionary_encode(null_encoding="encode")
+            dictionaries.append(encoded.dictionary.to_pylist())
+            space *= max(len(encoded.dictionary), 1)
+            column_codes = encoded.indices.cast(pa.int64())
+            codes = column_codes if codes is None else pc.add(pc.multiply(codes, len(encoded.dictionary)),
+                                                              column_codes)
+        if codes is not None and space < 1 << 62:
+            order = pc.sort_indices(codes)
+            runs = pc.run_end_encode(codes.take(order))
+            ordered = data.take(order)
+            out, start = [], 0
+            for end, code in zip(runs.run_ends.to_pylist(), runs.values.to_pylist(), strict=True):
+                values: list[str | None] = []
+                for dictionary in reversed(dictionaries):
+                    code, index = divmod(code, len(dictionary))
+                    values.append(dictionary[index])
+                out.append((self._path(values[::-1]), ordered.slice(start, end - start)))
+                start = end
             return out
-        out = []
+        out = []  # keys too many to code in one integer: a filter per distinct combination
         for combo in keys.group_by(list(self.columns)).aggregate([]).to_pylist():
             mask = None
             for name in self.columns:

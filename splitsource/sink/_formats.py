@@ -46,6 +46,16 @@ class PartFileWriter(ABC):
     def length(self) -> int:
         return int(self._stream.tell())
 
+    @property
+    def buffered(self) -> int:
+        """Bytes of rows held in memory, not yet encoded into the file (0 for the row formats)."""
+        return 0
+
+    def spill(self) -> None:
+        """Encode what :attr:`buffered` holds into the file now (a Parquet row group); the file stays open. The
+        row formats buffer nothing: nothing to do."""
+        return None
+
     def flush(self) -> int:
         """Push buffered bytes to the file system; returns the length that is now valid."""
         self._stream.flush()
@@ -87,6 +97,13 @@ class _ParquetWriter(PartFileWriter):
     def length(self) -> int:
         # buffered rows count at their in-memory size, so rolling by size sees them before they reach the file
         return int(self._stream.tell()) + self._bytes
+
+    @property
+    def buffered(self) -> int:
+        return self._bytes
+
+    def spill(self) -> None:
+        self._write_row_group()
 
     def flush(self) -> int:
         raise SinkError("a Parquet part file is only valid once closed (bulk format): roll it instead")

@@ -46,6 +46,11 @@ class BucketingSinkOptions:
     part_size_mb: float = option(384.0, doc="roll a part file once it reaches this size", minimum=0.001)
     inactivity_s: float = option(60.0, doc="roll a bucket's part file after this long without a write",
                                  minimum=0.0)
+    buffer_mb: float = option(128.0, doc="memory budget of a writer task for rows buffered across all its open "
+                                         "buckets (Parquet row groups); past it the bucket holding most is written "
+                                         "out", minimum=0.001)
+    max_open_files: int = option(1000, doc="open in-progress files per writer task; past it the bucket written "
+                                           "least recently is rolled into a pending file", minimum=1)
     compression: str = option("snappy", doc="Parquet compression",
                               choices=("none", "snappy", "zstd", "gzip", "lz4", "brotli"))
     csv_header: bool = option(True, doc="CSV: write a header line at the top of each part file")
@@ -65,6 +70,10 @@ class BucketingSinkOptions:
     @property
     def part_size_bytes(self) -> int:
         return max(1, int(self.part_size_mb * 1024 * 1024))
+
+    @property
+    def buffer_bytes(self) -> int:
+        return max(1, int(self.buffer_mb * 1024 * 1024))
 
     def make_bucketer(self) -> Bucketer:
         if self.bucketer == "none":

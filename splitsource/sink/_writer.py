@@ -4,7 +4,10 @@ Contract:
 
 - :meth:`write` puts every row in its bucket's in-progress file; at most one in-progress file per bucket and
   writer. A file rolls (closes and becomes pending) when it reaches ``part_size`` or, for the buckets not written
-  for ``inactivity`` seconds, at the next call.
+  for ``inactivity`` seconds, at the next call, or, when ``max_open_files`` are open and a new bucket needs one,
+  if it is the least recently written.
+- memory: the rows buffered by all open files (Parquet row groups being built) stay within ``buffer_mb`` after
+  every :meth:`write`: past it, the largest buffer is written out as a row group.
 - :meth:`prepare_commit` returns the files that became pending since the last call (the committables). Bulk
   formats, and every format when ``end_of_input`` is true, roll all open files first.
 - :meth:`snapshot_state` flushes row-format files and records their valid length. A writer built with that state
@@ -72,8 +75,10 @@ class BucketingSinkWriter:
         self._base = base
         self._clock = clock  # processing time, for the date-time bucketer
         self._ticker = ticker  # elapsed time, for inactivity
-        self._open: dict[str, _OpenFile] = {}
+        self._open: dict[str, _OpenFile] = {}  # in order of their last write: the first is the least recent
         self._pending: list[PendingFile] = []
+        self._buffered = 0  # bytes all open files hold in memory (sum of their writers' ``buffered``)
+        self.spills = 0  # buffers written out early to keep within buffer_mb
         if state is not None:
             self._task = state.task
             self._counter = state.next_counter
@@ -101,10 +106,35 @@ class BucketingSinkWriter:
                 current = None
             if current is None:
                 current = self._open_file(bucket)
+            else:
+                self._open[bucket] = self._open.pop(bucket)  # now the most recently written
+            before = current.writer.buffered
             current.writer.write(rows)
+            self._buffered += current.writer.buffered - before
             current.rows += rows.num_rows
             current.last_write = now
+            self._keep_to_budget()
         self._roll_inactive(now)
+
+    @property
+    def open_files(self) -> int:
+        """In-progress files open now; at most ``max_open_files``."""
+        return len(self._open)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """What the open files hold in memory now; at most ``buffer_mb`` after every :meth:`write`."""
+        return self._buffered
+
+    def _keep_to_budget(self) -> None:
+        """Hudi's whole-buffer budget: while the buffers of all open buckets pass ``buffer_mb``, write out the
+        largest one (a row group; the file stays open)."""
+        while self._buffered > self._options.buffer_bytes:
+            largest = max(self._open.values(), key=lambda f: f.writer.buffered)
+            before = largest.writer.buffered
+            largest.writer.spill()
+            self._buffered -= before - largest.writer.buffered
+            self.spills += 1
 
     def prepare_commit(self, end_of_input: bool = False) -> list[PendingFile]:
         """The files that became pending since the last call; rolls every open file for bulk formats and at the
@@ -128,6 +158,7 @@ class BucketingSinkWriter:
 
     def abort(self) -> None:
         """Close open files without making them pending; they stay in-progress for the next sweep to remove."""
+        self._buffered = 0
         for current in self._open.values():
             try:
                 current.writer.close()
@@ -144,6 +175,8 @@ class BucketingSinkWriter:
         return bool(self._fs.get_file_info(path).type != pafs.FileType.NotFound)
 
     def _open_file(self, bucket: str) -> _OpenFile:
+        while len(self._open) >= self._options.max_open_files:  # roll the least recently written bucket's file
+            self._roll(next(iter(self._open)))
         while True:  # a restored counter could meet a file made after the snapshot: never reuse a name
             counter = self._counter
             self._counter += 1
@@ -161,6 +194,7 @@ class BucketingSinkWriter:
 
     def _roll(self, bucket: str) -> None:
         current = self._open.pop(bucket)
+        self._buffered -= current.writer.buffered
         size = current.writer.close()
         source = self._path(bucket, self._names.in_progress(self._task, current.counter))
         self._fs.move(source, self._path(bucket, self._names.pending(self._task, current.counter)))
