@@ -44,7 +44,8 @@ def arrow_bytes_per_row() -> float:
     return table.nbytes / table.num_rows
 
 
-def measure(engine: str, limit: str, value: float, rows: int, workdir: Path, per_batch: int) -> dict[str, object]:
+def measure(engine: str, limit: str, value: float, rows: int, workdir: Path, per_batch: int,
+            per_row: float) -> dict[str, object]:
     from splitsource import copy
 
     out = workdir / f"{engine}-{limit}"
@@ -62,7 +63,7 @@ def measure(engine: str, limit: str, value: float, rows: int, workdir: Path, per
     window = last - first[0]
     rate = (rows - first[1]) / window
     if limit == "mb":
-        rate = rate * arrow_bytes_per_row() / (1024 * 1024)
+        rate = rate * per_row / (1024 * 1024)
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(f"{out}.checkpoint", ignore_errors=True)
     return {"engine": engine, "limit": limit, "max_splits_per_batch": per_batch, "value": value, "rows": rows,
@@ -86,7 +87,7 @@ def main() -> int:
             for limit, value in (("rows", args.rows_limit), ("mb", args.mb_limit)):
                 rows_per_s = value if limit == "rows" else value * 1024 * 1024 / per_row
                 result = measure(engine, limit, value, int(rows_per_s * args.seconds), Path(tmp),
-                                 args.max_splits_per_batch)
+                                 args.max_splits_per_batch, per_row)
                 results.append(result)
                 print(f"{engine:6} batches of {args.max_splits_per_batch or 'all':>3} splits  "
                       f"--max-{limit}-per-second {value:>10,g}  measured {result['measured']:>12,.2f} over "

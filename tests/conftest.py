@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,19 @@ class CassandraNode:
         from scripts.cassandra import nodetool
 
         return nodetool(self.root, 1, *args)
+
+    @contextmanager
+    def fresh_table(self, keyspace: str, table: str, columns: str) -> Iterator[Any]:
+        """A session on a new, empty ``keyspace.table (columns)`` (the keyspace made if needed, replication 1)."""
+        cluster, session = self.session()
+        try:
+            session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+                            "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+            session.execute(f"DROP TABLE IF EXISTS {keyspace}.{table}")
+            session.execute(f"CREATE TABLE {keyspace}.{table} ({columns})")
+            yield session
+        finally:
+            cluster.shutdown()
 
     def session(self) -> Any:
         from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile

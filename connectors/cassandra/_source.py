@@ -609,9 +609,9 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         if not all(c in names for c in pk):
             return "token unknown (the partition key is not among the columns read)"
         indices = [names.index(c) for c in pk]
-        counts = Counter(repr([row[i] for i in indices]) for row in rows)
-        top = counts.most_common(1)[0][0]
-        values = next([row[i] for i in indices] for row in rows if repr([row[i] for i in indices]) == top)
+        row_keys = [[row[i] for i in indices] for row in rows]
+        shown = [repr(key) for key in row_keys]  # repr: values of any type hash
+        values = row_keys[shown.index(Counter(shown).most_common(1)[0][0])]
         table = f"{_quote(self.options.keyspace)}.{_quote(self.options.table)}"
         keys = ", ".join(_quote(c) for c in pk)
         where = " AND ".join(f"{_quote(c)} = ?" for c in pk)

@@ -25,21 +25,15 @@ def written_at(i: int) -> int:
 
 @pytest.fixture(scope="module")
 def table(cassandra: Any) -> Any:
-    cluster, session = cassandra.session()
-    try:
-        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KS} WITH replication = "
-                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
-        session.execute(f"DROP TABLE IF EXISTS {KS}.cells")
-        session.execute(f"CREATE TABLE {KS}.cells (pk int, ck int, a text, b int, l list<text>, fl frozen<list<int>>, "
-                        "PRIMARY KEY (pk, ck))")
+    columns = ("pk int, ck int, a text, b int, l list<text>, fl frozen<list<int>>, "
+               "PRIMARY KEY (pk, ck)")
+    with cassandra.fresh_table(KS, "cells", columns) as session:
         for i in range(ROWS):  # odd rows with a TTL; b left unset on every third row
             ttl = f" AND TTL {TTL}" if i % 2 else ""
             b = "" if i % 3 == 0 else ", b"
             value = "" if i % 3 == 0 else f", {i}"
             session.execute(f"INSERT INTO {KS}.cells (pk, ck, a, l, fl{b}) VALUES ({i // 10}, {i % 10}, 'a{i}', "
                             f"['x'], [{i}]{value}) USING TIMESTAMP {written_at(i)}{ttl}")
-    finally:
-        cluster.shutdown()
     return cassandra
 
 

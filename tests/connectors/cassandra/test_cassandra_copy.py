@@ -18,13 +18,9 @@ ROWS = 30_000
 def table(cassandra: Any) -> Any:
     from cassandra.concurrent import execute_concurrent_with_args
 
-    cluster, session = cassandra.session()
-    try:
-        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KS} WITH replication = "
-                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
-        session.execute(f"DROP TABLE IF EXISTS {KS}.events")
-        session.execute(f"CREATE TABLE {KS}.events (day date, id bigint, kind text, amount decimal, tags set<text>, "
-                        "at timestamp, PRIMARY KEY ((day, id)))")
+    columns = ("day date, id bigint, kind text, amount decimal, tags set<text>, "
+               "at timestamp, PRIMARY KEY ((day, id))")
+    with cassandra.fresh_table(KS, "events", columns) as session:
         insert = session.prepare(f"INSERT INTO {KS}.events (day, id, kind, amount, tags, at) VALUES "
                                  "(?, ?, ?, ?, ?, toTimestamp(now()))")
         from datetime import date, timedelta
@@ -33,8 +29,6 @@ def table(cassandra: Any) -> Any:
         args = [(date(2024, 1, 1) + timedelta(days=i % 30), i, f"k{i % 7}" if i % 11 else None,
                  Decimal(i) / 100, {f"t{i % 3}", f"u{i % 5}"} if i % 4 else None) for i in range(ROWS)]
         execute_concurrent_with_args(session, insert, args, concurrency=64, raise_on_first_error=True)
-    finally:
-        cluster.shutdown()
     if cassandra.root is not None:
         cassandra.nodetool("flush", KS)
     return cassandra

@@ -21,19 +21,12 @@ PARTITIONS, ROWS_EACH = 400, 5
 def table(cassandra: Any) -> Any:
     from cassandra.concurrent import execute_concurrent_with_args
 
-    cluster, session = cassandra.session()
-    try:
-        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KS} WITH replication = "
-                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
-        session.execute(f"DROP TABLE IF EXISTS {KS}.parts")
-        session.execute(f"CREATE TABLE {KS}.parts (pk int, ck int, v text, PRIMARY KEY (pk, ck))")
+    with cassandra.fresh_table(KS, "parts", "pk int, ck int, v text, PRIMARY KEY (pk, ck)") as session:
         insert = session.prepare(f"INSERT INTO {KS}.parts (pk, ck, v) VALUES (?, ?, ?)")
         execute_concurrent_with_args(session, insert, [(pk, ck, f"{pk}/{ck}") for pk in range(PARTITIONS)
                                                        for ck in range(ROWS_EACH)], concurrency=64)
         # the truth about tokens, from the server's own token() function
         tokens = {row[0]: row[1] for row in session.execute(f"SELECT DISTINCT pk, token(pk) FROM {KS}.parts")}
-    finally:
-        cluster.shutdown()
     assert len(tokens) == PARTITIONS
     return cassandra, tokens
 

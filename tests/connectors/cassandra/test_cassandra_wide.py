@@ -24,12 +24,7 @@ def table(cassandra: Any) -> Any:
     from cassandra.concurrent import execute_concurrent
     from cassandra.query import BatchStatement, BatchType
 
-    cluster, session = cassandra.session()
-    try:
-        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KS} WITH replication = "
-                        "{'class': 'SimpleStrategy', 'replication_factor': 1}")
-        session.execute(f"DROP TABLE IF EXISTS {KS}.wide")
-        session.execute(f"CREATE TABLE {KS}.wide (pk int, ck int, payload text, PRIMARY KEY (pk, ck))")
+    with cassandra.fresh_table(KS, "wide", "pk int, ck int, payload text, PRIMARY KEY (pk, ck)") as session:
         insert = session.prepare(f"INSERT INTO {KS}.wide (pk, ck, payload) VALUES (?, ?, ?)")
         batches = []
         for start in range(0, WIDE_ROWS, 500):  # one partition: unlogged batches of 500 rows are one mutation each
@@ -44,8 +39,6 @@ def table(cassandra: Any) -> Any:
             batches.append((batch, ()))
         execute_concurrent(session, batches, concurrency=16, raise_on_first_error=True)
         token = session.execute(f"SELECT token(pk) FROM {KS}.wide WHERE pk = {WIDE_KEY} LIMIT 1").one()[0]
-    finally:
-        cluster.shutdown()
     if cassandra.root is not None:
         cassandra.nodetool("flush", KS)
     return cassandra, token
