@@ -145,6 +145,9 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="compare the committed output with the source (count and checksum)",
                             allow_abbrev=False)
     source_args(verify)
+    verify.add_argument("--checkpoint", metavar="DIR",
+                        help="the copy's checkpoint, for its rows per split on a mismatch (default: the one the "
+                             "output's owner file names)")
 
     options = sub.add_parser("options", help="list the options of the framework, the sink and a connector",
                              allow_abbrev=False)
@@ -187,7 +190,7 @@ def _verify(args: argparse.Namespace) -> int:
     from splitsource.copyjob._verify import verify
 
     _, source = build_source({**_pairs(args.option, "-o"), "connector": args.connector})
-    result = verify(source, args.output)
+    result = verify(source, args.output, args.checkpoint)
     print(result.text())
     return EXIT_OK if result.match else EXIT_FAILED
 

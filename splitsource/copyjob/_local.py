@@ -9,7 +9,8 @@ Per batch, as Spark's micro-batch execution does it for the Spark engine:
    one at a time (so the work balances itself, as FLIP-27 readers request splits) and write their rows into
    pending part files through the bucketing sink's writer: one file per worker per batch and bucket;
 3. the coordinator commits the batch's pending files once (``commit_batch``), as stream batch ``<batch>`` of this
-   copy's query id (its ownership token), which sweeps what is left.
+   copy's query id (its ownership token), which sweeps what is left; just before the commit record it writes the
+   batch's rows per split into the split ledger (:mod:`splitsource.copyjob._ledger`).
 
 A re-run recovers the sink (finishes a logged commit, sweeps orphans), finds the last committed batch of its query
 id in the sink's log, and replays the batch after it if its offset was written, so a batch is committed once
@@ -25,6 +26,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from functools import partial
 from typing import IO, Any
 
 from serializers import read_envelope, write_envelope
@@ -40,6 +42,7 @@ from splitsource._offsets import (
 )
 from splitsource._planning import TaskEnvironment, batch_limit, build_source, concurrent_readers
 from splitsource.copyjob._job import failure
+from splitsource.copyjob._ledger import split_counts, write_batch
 from splitsource.copyjob._protocol import CopyRun, EngineResult, ProgressFn, ReadStats
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PENDING_FILE_SERIALIZER
@@ -218,7 +221,10 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
                 committer.sweep(keep=())  # the workers are killed: their files of this batch are orphans now
                 raise
             files = [read_envelope(PENDING_FILE_SERIALIZER, f) for r in results for f in r["files"]]
-            committer.commit_batch(files, query_id=query_id, batch_id=batch_id)
+            split_rows = {k: int(v) for r in results for k, v in r["report"]["split_rows"].items()}
+            counts = split_counts({s.split_id: write_envelope(serializer, s) for s in splits}, split_rows)
+            committer.commit_batch(files, query_id=query_id, batch_id=batch_id,
+                                   before_commit=partial(write_batch, checkpoint, query_id, batch_id, counts))
             _prune_offsets(fs, root, keep_from=batch_id)
             last, start = batch_id, end
             done_splits = int(end["taken"])

@@ -12,6 +12,9 @@ BLAKE2b digest of each row's canonical form. The two sides are computed independ
 
 A lost row, a duplicated row, a changed or dropped value changes the checksum. A connector without
 ``reference_rows`` is read through its emitter instead; the result then says that it is not independent.
+
+On a mismatch, the copy's split ledger (:mod:`splitsource.copyjob._ledger`) says how many rows each split put into
+the output; each of those splits is counted in the source again, and the splits whose counts differ are named.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ import base64
 import hashlib
 import json
 import math
+import os
 import re
 import struct
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import unquote
 
@@ -32,11 +36,15 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from serializers import read_envelope
 from splitsource._api import FixedEnumeratorContext, Source
 from splitsource._errors import SinkError
-from splitsource.runtime._source_reader import SourceReader
+from splitsource.copyjob._ledger import read_ledger
+from splitsource.copyjob._ownership import read_owner
+from splitsource.runtime._source_reader import ReaderMetrics, SourceReader
 from splitsource.sink._bucketers import NULL_SEGMENT
-from splitsource.sink._committer import META_DIR
+from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
+from splitsource.sink._files import PartNames
 from splitsource.sink._formats import resolve_filesystem
 from splitsource.sink._text import (
     is_duration,
@@ -46,7 +54,8 @@ from splitsource.sink._text import (
     plain_storage,
 )
 
-__all__ = ["Digest", "VerifyResult", "canonical", "digest_output", "digest_source", "verify"]
+__all__ = ["Digest", "SplitCheck", "SplitDifference", "VerifyResult", "canonical", "check_splits", "digest_output",
+           "digest_source", "verify"]
 
 _MOD = 1 << 128
 
@@ -68,10 +77,35 @@ class Digest:
 
 
 @dataclass(frozen=True)
+class SplitDifference:
+    """A split whose rows in the source now differ from the rows the copy committed of it."""
+
+    split_id: str
+    copied: int
+    source: int
+
+
+@dataclass(frozen=True)
+class SplitCheck:
+    """On a mismatch: the copy's split ledger (:mod:`splitsource.copyjob._ledger`) against the source, split by
+    split. ``note`` says why there is no check (no ledger); else ``splits`` splits were compared, the copy committed
+    ``copied`` rows of them, and ``differ`` are those whose count differs."""
+
+    splits: int = 0
+    copied: int = 0
+    differ: tuple[SplitDifference, ...] = ()
+    note: str = ""
+
+
+_NAMED = 20  # splits named in the text; the JSON-able result has them all
+
+
+@dataclass(frozen=True)
 class VerifyResult:
     source: Digest
     output: Digest
     independent: bool = True
+    splits: SplitCheck | None = None  # on a mismatch only
 
     @property
     def match(self) -> bool:
@@ -85,10 +119,30 @@ class VerifyResult:
             lines.append(f"the output has {self.output.rows - self.source.rows:+,} rows against the source")
         elif not self.match:
             lines.append("same row count, different rows: values differ, or rows are duplicated and others missing")
+        if self.splits is not None:
+            lines.extend(self._split_lines(self.splits))
         if not self.independent:
             lines.append("note: this connector has no reference_rows(), so the source side was read through the "
                          "same emitter as the copy; a conversion error would not show")
         return "\n".join(lines)
+
+    def _split_lines(self, check: SplitCheck) -> list[str]:
+        if check.note:
+            return [f"no per-split counts: {check.note}"]
+        if not check.differ:
+            lines = [f"every split of the copy ({check.splits:,}) holds as many rows in the source as the copy "
+                     "committed of it: values differ, not counts"]
+            if check.copied != self.output.rows:
+                lines = [f"the copy committed {check.copied:,} rows, the output holds {self.output.rows:,}: files "
+                         "were added to or removed from the output after the copy"]
+            return lines
+        lines = [f"{len(check.differ):,} of {check.splits:,} splits differ (rows committed by the copy, rows in "
+                 "the source now):"]
+        for d in check.differ[:_NAMED]:
+            lines.append(f"  split {d.split_id}: copied {d.copied:,}, source {d.source:,} ({d.source - d.copied:+,})")
+        if len(check.differ) > _NAMED:
+            lines.append(f"  and {len(check.differ) - _NAMED:,} more")
+        return lines
 
 
 # -- canonical form: one representation per value, whichever side it came from -------------------------------
@@ -364,8 +418,42 @@ def digest_output(output: str, layout: dict[str, Any], schema: pa.Schema, volati
     return digest
 
 
-def verify(source: Source[Any, Any, Any, Any], output: str) -> VerifyResult:
+def check_splits(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | None) -> SplitCheck:
+    """Count, split by split, the source's rows of every split in the copy's ledger; compare with the ledger."""
+    if checkpoint is None:
+        owner = read_owner(output)
+        if owner is None or not owner.get("checkpoint"):
+            return SplitCheck(note=f"{output} names no checkpoint (no {META_DIR}/owner.json)")
+        checkpoint = str(owner["checkpoint"])
+    elif "://" not in checkpoint:
+        checkpoint = os.path.abspath(checkpoint)
+    fs, base = resolve_filesystem(output)
+    committer = BucketingGlobalCommitter(fs, base, PartNames("part", ""))
+    ledger = read_ledger(checkpoint, committer.last_stream_batch)
+    if ledger is None:
+        return SplitCheck(note=f"checkpoint {checkpoint} has no split ledger (it was removed, or the copy was made "
+                               "by a splitsource that kept none)")
+    serializer = source.split_serializer()
+    pending = iter([read_envelope(serializer, c.split) for c in ledger.values()])
+    metrics = ReaderMetrics()
+    reader = SourceReader(source, lambda: next(pending, None), name="verify-splits", metrics=metrics)
+    try:
+        for _ in reader.read():
+            pass
+    finally:
+        reader.close()
+    differ = tuple(SplitDifference(c.split_id, c.rows, metrics.split_rows.get(c.split_id, 0))
+                   for c in ledger.values() if metrics.split_rows.get(c.split_id, 0) != c.rows)
+    return SplitCheck(len(ledger), sum(c.rows for c in ledger.values()), differ)
+
+
+def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | None = None) -> VerifyResult:
+    """Compare the committed output with the source; on a mismatch, also the copy's rows per split (from the split
+    ledger of ``checkpoint``, by default the one the output's owner file names) with the source's."""
     layout = read_layout(output)
     source_digest, independent = digest_source(source, layout)
-    return VerifyResult(source_digest, digest_output(output, layout, source.schema(), source.volatile_columns()),
-                        independent)
+    result = VerifyResult(source_digest, digest_output(output, layout, source.schema(), source.volatile_columns()),
+                          independent)
+    if result.match:
+        return result
+    return replace(result, splits=check_splits(source, output, checkpoint))

@@ -18,7 +18,7 @@ query is a replay (a restarted query re-runs its last batch) and its new files a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
@@ -179,17 +179,21 @@ class BucketingGlobalCommitter:
         ids = [r.batch_id for r, _ in self.records() if r.kind == "stream" and r.write_id == query_id]
         return max(ids) if ids else None
 
-    def commit_batch(self, files: Sequence[PendingFile], *, query_id: str, batch_id: int) -> CommitRecord | None:
+    def commit_batch(self, files: Sequence[PendingFile], *, query_id: str, batch_id: int,
+                     before_commit: Callable[[], None] | None = None) -> CommitRecord | None:
         """Commit batch ``batch_id`` of streaming query ``query_id`` once (step 3 of the batch protocol, see
         :mod:`splitsource.copyjob._protocol`): finish what a crash left logged; a replay of a batch this query
         already committed has its new files deleted (they are duplicates) and returns None; otherwise the files are
-        committed and, every task of the batch having ended, what is still transient is swept as an orphan."""
+        committed and, every task of the batch having ended, what is still transient is swept as an orphan.
+        ``before_commit`` runs only for a batch about to be committed, before its commit record is written."""
         self.recover()
         last = self.last_stream_batch(query_id) if query_id else None
         if last is not None and batch_id <= last:
             self.delete_pending(files)
             return None
         record = self.combine(files, kind="stream", write_id=query_id, batch_id=batch_id)
+        if before_commit is not None:
+            before_commit()
         self.commit(record)
         self.sweep(keep=())
         return record

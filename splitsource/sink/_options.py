@@ -58,6 +58,8 @@ class BucketingSinkOptions:
                                 minimum=2)
     input: str = option("rows", doc="rows to write, or 'committables': pending files already written by the "
                                     "tasks (splitsource copy)", choices=("rows", "committables"))
+    split_ledger: str = option("", doc="with input=committables: the checkpoint into which each batch's commit "
+                                       "first writes the rows per split (splitsource copy)")
 
     @property
     def file_format(self) -> FileFormat:

@@ -30,7 +30,9 @@ from pyspark.sql.types import StructType
 from serializers import write_envelope
 from splitsource._api import FixedEnumeratorContext
 from splitsource._errors import OptionsError, SplitSourceError
+from splitsource._planning import build_source
 from splitsource.copyjob._job import committed_rows, failure, root_cause
+from splitsource.copyjob._ledger import encode_counts, split_counts
 from splitsource.copyjob._protocol import CopyRun, EngineResult, ReadStats, copy_task, task_report
 from splitsource.copyjob._signals import deferred, stop_requested
 from splitsource.runtime._read import conform_batch
@@ -123,9 +125,15 @@ class CopyStreamReader(SplitSourceStreamReader):
         report = TaskProgress(self._progress_dir, batch_id, index) if self._progress_dir else None
         result = copy_task(self._options, self._sink, lambda: next(remaining, None), index,
                            f"partition-{len(partition.splits)}", report, readers=partition.readers)
+        serializer = build_source(self._options)[1].split_serializer()
+        counts = split_counts({s.split_id: write_envelope(serializer, s) for s in partition.splits},
+                              result.metrics.split_rows)
+        # one row per pending file, and one more (no file) with the rows per split, for the split ledger
         batch = pa.RecordBatch.from_arrays(
-            [pa.array([write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files], pa.binary()),
-             pa.array([f.rows for f in result.files], pa.int64())], schema=COMMITTABLES_SCHEMA)
+            [pa.array([*(write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files), None], pa.binary()),
+             pa.array([*(f.rows for f in result.files), 0], pa.int64()),
+             pa.array([*(None for _ in result.files), encode_counts(counts)], pa.binary())],
+            schema=COMMITTABLES_SCHEMA)
         yield conform_batch(batch, self._expected)
 
 
@@ -196,7 +204,8 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
         spark.dataSource.register(CopyDataSource)
         frame = spark.readStream.format(CopyDataSource.name()).options(**stream_options).load()
         writer = frame.writeStream.format("bucketing").options(
-            **{k: v for k, v in sink_raw.items() if k != "path"}, input="committables")
+            **{k: v for k, v in sink_raw.items() if k != "path"}, input="committables",
+            split_ledger=checkpoint)
         query = (writer.option("checkpointLocation", checkpoint).trigger(availableNow=True)
                  .queryName(f"splitsource-copy-{os.getpid()}").start(sink_raw["path"]))
         try:

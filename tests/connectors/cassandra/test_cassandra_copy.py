@@ -138,3 +138,57 @@ def test_a_throttled_copy_reads_no_faster_than_its_limit(table: Any, tmp_path: P
     assert elapsed >= ROWS / 6000
     check = run(["verify", *source_args(table), "--output", str(out)])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_verify_names_the_splits_whose_rows_changed_after_the_copy(cassandra: Any, tmp_path: Path,
+                                                                   engine: str) -> None:
+    """The copy keeps its rows per split in the checkpoint (the split ledger, written before each batch's commit
+    record); after the table changes, verify names exactly the splits whose token ranges hold the changed keys,
+    with the rows the copy wrote of them and the rows the server counts in them now."""
+    import json
+    import re
+
+    with cassandra.fresh_table(KS, "ledger", "id bigint PRIMARY KEY, v int") as session:
+        from cassandra.concurrent import execute_concurrent_with_args
+
+        insert = session.prepare(f"INSERT INTO {KS}.ledger (id, v) VALUES (?, ?)")
+        execute_concurrent_with_args(session, insert, [(i, i) for i in range(2_000)], concurrency=64,
+                                     raise_on_first_error=True)
+        out = tmp_path / "ledger"
+        args = source_args(cassandra, table="ledger")
+        engine_args = ["--engine", "local", "--workers", "2"] if engine == "local" else []
+        copied = run(["copy", *args, *engine_args, "--output", str(out), "--max-splits-per-batch", "6", "--quiet"])
+        assert copied.returncode == 0, copied.stderr[-3000:]
+        assert run(["verify", *args, "--output", str(out)]).stdout.startswith("MATCH")
+
+        def token(key: int) -> int:
+            return int(session.execute(f"SELECT token(id) FROM {KS}.ledger WHERE id = {key}").one()[0])
+
+        removed, added = [3, 4], [10_000, 10_001, 10_002]
+        tokens = {k: token(k) for k in removed}
+        for key in removed:
+            session.execute(f"DELETE FROM {KS}.ledger WHERE id = {key}")
+        for key in added:
+            session.execute(insert, (key, key))
+        tokens.update({k: token(k) for k in added})
+        check = run(["verify", *args, "--output", str(out)])
+        assert check.returncode == 1 and check.stdout.startswith("MISMATCH"), check.stdout + check.stderr
+        named = {(int(a), int(b)): (int(c.replace(",", "")), int(s.replace(",", "")))
+                 for a, b, c, s in re.findall(r"split token\((-?\d+),(-?\d+)\]: copied ([\d,]+), source ([\d,]+)",
+                                              check.stdout)}
+        # the truth: the changed keys' tokens, and the server's own count of each named range
+        ledger = [json.loads(f.read_text()) for f in sorted((tmp_path / "ledger.checkpoint" / "splits").iterdir())]
+        spans = [tuple(int(x) for x in re.fullmatch(r"token\((-?\d+),(-?\d+)\]", s[0]).groups())  # type: ignore[union-attr]
+                 for body in ledger for s in body["splits"]]
+        assert sum(s[1] for body in ledger for s in body["splits"]) == 2_000
+        expected: dict[tuple[int, int], int] = {}
+        for key, t in tokens.items():
+            (span,) = [s for s in spans if s[0] < t <= s[1]]
+            expected[span] = expected.get(span, 0) + (1 if key in added else -1)
+        assert set(named) == {s for s, delta in expected.items() if delta}, check.stdout
+        for (start, end), (copied_rows, source_rows) in named.items():
+            server = session.execute(f"SELECT count(*) FROM {KS}.ledger WHERE token(id) > {start} "
+                                     f"AND token(id) <= {end}").one()[0]
+            assert source_rows == server and copied_rows == server - expected[(start, end)], check.stdout
+        assert f"{len(named)} of " in check.stdout
