@@ -39,6 +39,18 @@ def source_args(node: Any, table: str = "events") -> list[str]:
             "-o", f"table={table}", "-o", "splits=16", "-o", "fetch_size=500"]
 
 
+def ledger_rows(checkpoint: Path) -> dict[str, int]:
+    """Rows per split in the copy's split ledger, each split once (read as plain JSON: the test's own reading)."""
+    import json
+
+    found: dict[str, int] = {}
+    for path in sorted((checkpoint / "splits").iterdir()):
+        for split_id, rows, _ in json.loads(path.read_text())["splits"]:
+            assert split_id not in found, f"split {split_id} is in two batches of the ledger"
+            found[split_id] = rows
+    return found
+
+
 def test_cassandra_copy_to_json_lines_killed_and_rerun_is_exact(table: Any, tmp_path: Path) -> None:
     out = tmp_path / "events"
     # throttled so that no batch ends within the kill's jitter, however fast the machine (one did in CI)
@@ -46,6 +58,7 @@ def test_cassandra_copy_to_json_lines_killed_and_rerun_is_exact(table: Any, tmp_
             "--max-rows-per-second", "3000", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=3, seed=11)
     assert f"copy finished: {ROWS:,} rows" in stdout
+    assert sum(ledger_rows(tmp_path / "events.checkpoint").values()) == ROWS
     check = run(["verify", *source_args(table), "--output", str(out)])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
 
@@ -112,6 +125,7 @@ def test_cassandra_local_engine_copy_killed_and_rerun_is_exact(table: Any, tmp_p
             "--max-splits-per-batch", "2", "--max-rows-per-second", "3000", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=3, seed=5, jitter=0.5)
     assert f"copy finished: {ROWS:,} rows" in stdout
+    assert sum(ledger_rows(tmp_path / "events.checkpoint").values()) == ROWS
     check = run(["verify", *source_args(table), "--output", str(out)])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
     assert not list(out.rglob("*.in-progress")) and not list(out.rglob("*.pending"))
