@@ -144,6 +144,7 @@ class ColumnBucketer(Bucketer):
         if not columns:
             raise OptionsError("option 'bucket_columns': name at least one column for bucketer 'columns'")
         self.columns = tuple(columns)
+        self._paths: dict[tuple[str | None, ...], str] = {}
 
     def check(self, schema: pa.Schema) -> None:
         missing = [c for c in self.columns if c not in schema.names]
@@ -176,12 +177,17 @@ class ColumnBucketer(Bucketer):
             runs = pc.run_end_encode(codes.take(order))
             ordered = data.take(order)
             out, start = [], 0
+            single = dictionaries[0] if len(dictionaries) == 1 else None
             for end, code in zip(runs.run_ends.to_pylist(), runs.values.to_pylist(), strict=True):
-                values: list[str | None] = []
-                for dictionary in reversed(dictionaries):
-                    code, index = divmod(code, len(dictionary))
-                    values.append(dictionary[index])
-                out.append((self._path(values[::-1]), ordered.slice(start, end - start)))
+                if single is not None:
+                    path = self._path((single[code],))
+                else:
+                    values: list[str | None] = []
+                    for dictionary in reversed(dictionaries):
+                        code, index = divmod(code, len(dictionary))
+                        values.append(dictionary[index])
+                    path = self._path(values[::-1])
+                out.append((path, ordered.slice(start, end - start)))
                 start = end
             return out
         out = []  # keys too many to code in one integer: a filter per distinct combination
@@ -195,6 +201,15 @@ class ColumnBucketer(Bucketer):
             out.append((self._path([combo[name] for name in self.columns]), data.filter(mask)))
         return out
 
+    _CACHED = 1 << 16  # bucket paths remembered (a key seen again is not escaped again), then forgotten at once
+
     def _path(self, values: Sequence[str | None]) -> str:
-        return "/".join(_checked(f"{encode_segment(name)}={encode_value(v)}", f"bucket column '{name}'")
-                        for name, v in zip(self.columns, values, strict=True))
+        key = tuple(values)
+        found = self._paths.get(key)
+        if found is None:
+            found = "/".join(_checked(f"{encode_segment(name)}={encode_value(v)}", f"bucket column '{name}'")
+                             for name, v in zip(self.columns, values, strict=True))
+            if len(self._paths) >= self._CACHED:
+                self._paths.clear()
+            self._paths[key] = found
+        return found

@@ -73,11 +73,14 @@ class _ParquetWriter(PartFileWriter):
 
     ROW_GROUP_ROWS = 1 << 20
     ROW_GROUP_BYTES = 64 << 20
+    COMPACT_AFTER = 64  # small batches buffered before they are copied into one
 
     def __init__(self, stream: Any, schema: pa.Schema, compression: str) -> None:
         super().__init__(stream)
         self._writer = pq.ParquetWriter(stream, schema, compression=compression)
+        self._schema = schema
         self._buffer: list[pa.RecordBatch] = []
+        self._small = 0  # batches at the end of the buffer not compacted yet
         self._rows = 0
         self._bytes = 0
 
@@ -87,11 +90,24 @@ class _ParquetWriter(PartFileWriter):
         self._bytes += batch.nbytes
         if self._rows >= self.ROW_GROUP_ROWS or self._bytes >= self.ROW_GROUP_BYTES:
             self._write_row_group()
+        elif 0 < batch.num_rows < 1024:
+            self._small += 1
+            if self._small >= self.COMPACT_AFTER:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Copy the small batches at the end of the buffer into one: a bucket's few rows of each of many batches
+        were slices that kept each whole batch in memory (and a Python object each), beyond what ``buffered``
+        counts."""
+        tail = self._buffer[-self._small:]
+        del self._buffer[-self._small:]
+        self._buffer.append(pa.Table.from_batches(tail, self._schema).combine_chunks().to_batches()[0])
+        self._small = 0
 
     def _write_row_group(self) -> None:
         if self._buffer:
-            self._writer.write_table(pa.Table.from_batches(self._buffer), row_group_size=self._rows)
-        self._buffer, self._rows, self._bytes = [], 0, 0
+            self._writer.write_table(pa.Table.from_batches(self._buffer, self._schema), row_group_size=self._rows)
+        self._buffer, self._small, self._rows, self._bytes = [], 0, 0, 0
 
     @property
     def length(self) -> int:

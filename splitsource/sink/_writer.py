@@ -4,10 +4,16 @@ Contract:
 
 - :meth:`write` puts every row in its bucket's in-progress file; at most one in-progress file per bucket and
   writer. A file rolls (closes and becomes pending) when it reaches ``part_size`` or, for the buckets not written
-  for ``inactivity`` seconds, at the next call, or, when ``max_open_files`` are open and a new bucket needs one,
-  if it is the least recently written.
-- memory: the rows buffered by all open files (Parquet row groups being built) stay within ``buffer_mb`` after
-  every :meth:`write`: past it, the largest buffer is written out as a row group.
+  for ``inactivity`` seconds, at the next call.
+- at most ``max_open_files`` files are open. Past it, as Spark falls back from concurrent writers to sorting, the
+  rows of buckets without an open file are *sorted out*: kept by bucket in memory and, when the memory budget
+  needs it, written as a run (an Arrow IPC file, one batch per bucket in bucket order, named as an in-progress
+  file so that a sweep removes it after a failure). :meth:`prepare_commit` merges the runs bucket by bucket, so
+  each of those buckets gets one file, written and rolled in turn, never more open than the cap.
+- memory: the rows buffered by all open files (Parquet row groups being built) and the rows sorted out stay within
+  ``buffer_mb`` after every :meth:`write`: past it, the largest buffer is written out as a row group, or the
+  sorted-out rows as a run when they are the larger. Sorted-out rows past a quarter of the budget are written as a
+  run anyway: sorting them copies them once, and that copy is kept small.
 - :meth:`prepare_commit` returns the files that became pending since the last call (the committables). Bulk
   formats, and every format when ``end_of_input`` is true, roll all open files first.
 - :meth:`snapshot_state` flushes row-format files and records their valid length. A writer built with that state
@@ -24,7 +30,9 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from splitsource._errors import SinkError
@@ -34,6 +42,41 @@ from splitsource.sink._formats import PartFileWriter, resolve_filesystem, trunca
 from splitsource.sink._options import BucketingSinkOptions
 
 __all__ = ["BucketingSinkWriter", "write_files"]
+
+
+RUN_BATCH_ROWS = 8192  # rows per batch of a run file: the merge holds one batch per run in memory
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Sorted-out rows written to disk, sorted by bucket: the IPC file, and each bucket's rows [start, end)."""
+
+    path: str
+    index: tuple[tuple[str, int, int], ...]
+
+
+class _RunCursor:
+    """Reads rows [start, end) of a run file; the merge asks in bucket order, so the batch read last is kept."""
+
+    def __init__(self, file: pa.NativeFile) -> None:
+        self._file = file
+        self._reader = pa.ipc.open_file(file)
+        self._at = -1
+        self._batch: pa.RecordBatch | None = None
+
+    def rows(self, start: int, end: int) -> list[pa.RecordBatch]:
+        out = []
+        for number in range(start // RUN_BATCH_ROWS, (end - 1) // RUN_BATCH_ROWS + 1):
+            if number != self._at:
+                self._batch, self._at = self._reader.get_batch(number), number
+            assert self._batch is not None
+            first = number * RUN_BATCH_ROWS
+            lo, hi = max(start, first) - first, min(end, first + RUN_BATCH_ROWS) - first
+            out.append(self._batch.slice(lo, hi - lo))
+        return out
+
+    def close(self) -> None:
+        self._file.close()
 
 
 @dataclass
@@ -59,6 +102,7 @@ class BucketingSinkWriter:
         state: WriterState | None = None,
         clock: Callable[[], float] = time.time,
         ticker: Callable[[], float] = time.monotonic,
+        unique_task: bool = False,
     ) -> None:
         if (task is None) == (state is None):
             raise SinkError("BucketingSinkWriter needs either a task name or a state to restore")
@@ -79,6 +123,12 @@ class BucketingSinkWriter:
         self._pending: list[PendingFile] = []
         self._buffered = 0  # bytes all open files hold in memory (sum of their writers' ``buffered``)
         self.spills = 0  # buffers written out early to keep within buffer_mb
+        self._sorted: list[tuple[pa.RecordBatch, pa.DictionaryArray]] = []  # rows past max_open_files, buckets
+        self._sorted_bytes = 0
+        self._runs: list[_Run] = []
+        self.runs_written = 0  # runs of sorted-out rows written to disk (they are merged by prepare_commit)
+        self._unique = unique_task and state is None
+        self._made: set[str] = set()  # bucket directories this writer made
         if state is not None:
             self._task = state.task
             self._counter = state.next_counter
@@ -97,6 +147,7 @@ class BucketingSinkWriter:
         if batch.num_rows == 0:
             return
         now = self._ticker()
+        out: list[tuple[str, pa.RecordBatch]] = []  # rows of buckets past max_open_files, to sort out
         for bucket, rows in self._bucketer.split(batch, self._clock()):
             if rows.num_rows == 0:
                 continue
@@ -104,6 +155,9 @@ class BucketingSinkWriter:
             if current is not None and current.writer.length >= self._options.part_size_bytes:
                 self._roll(bucket)
                 current = None
+            if current is None and len(self._open) >= self._options.max_open_files:
+                out.append((bucket, rows))
+                continue
             if current is None:
                 current = self._open_file(bucket)
             else:
@@ -114,6 +168,8 @@ class BucketingSinkWriter:
             current.rows += rows.num_rows
             current.last_write = now
             self._keep_to_budget()
+        if out:
+            self._sort_out(out)
         self._roll_inactive(now)
 
     @property
@@ -123,22 +179,105 @@ class BucketingSinkWriter:
 
     @property
     def buffered_bytes(self) -> int:
-        """What the open files hold in memory now; at most ``buffer_mb`` after every :meth:`write`."""
-        return self._buffered
+        """What the open files and the sorted-out rows hold in memory now; at most ``buffer_mb`` after every
+        :meth:`write`."""
+        return self._buffered + self._sorted_bytes
 
     def _keep_to_budget(self) -> None:
-        """Hudi's whole-buffer budget: while the buffers of all open buckets pass ``buffer_mb``, write out the
-        largest one (a row group; the file stays open)."""
-        while self._buffered > self._options.buffer_bytes:
-            largest = max(self._open.values(), key=lambda f: f.writer.buffered)
+        """Hudi's whole-buffer budget: while the buffers of all open buckets and the sorted-out rows pass
+        ``buffer_mb``, write out the largest buffer (a row group; the file stays open), or the sorted-out rows as a
+        run when they are the larger."""
+        if self._sorted_bytes > self._options.buffer_bytes // 4:  # a run is sorted by a copy: keep that small
+            self._write_run()
+        while self.buffered_bytes > self._options.buffer_bytes:
+            largest = max(self._open.values(), key=lambda f: f.writer.buffered, default=None)
+            if self._sorted and (largest is None or self._sorted_bytes >= largest.writer.buffered):
+                self._write_run()
+                continue
+            if largest is None:
+                break
             before = largest.writer.buffered
             largest.writer.spill()
             self._buffered -= before - largest.writer.buffered
             self.spills += 1
 
+    def _sort_out(self, parts: list[tuple[str, pa.RecordBatch]]) -> None:
+        """Keep one batch's rows of buckets without an open file, copied into one batch with each row's bucket
+        (slices would keep the whole batch in memory, and a Python object per bucket)."""
+        names = [bucket for bucket, _ in parts]
+        rows = _combined([r for _, r in parts], self._file_schema)
+        codes = np.repeat(np.arange(len(parts), dtype=np.int32), [r.num_rows for _, r in parts])
+        keys = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names, pa.string()))
+        self._sorted.append((rows, keys))
+        self._sorted_bytes += rows.nbytes + keys.nbytes
+        self._keep_to_budget()
+
+    def _write_run(self) -> None:
+        """Write the sorted-out rows, sorted by bucket, into a run file (batches of ``RUN_BATCH_ROWS``), and
+        forget them."""
+        if not self._sorted:
+            return
+        rows = pa.Table.from_batches([r for r, _ in self._sorted], self._file_schema)
+        keys = pa.chunked_array([k.cast(pa.string()) for _, k in self._sorted], pa.string())
+        self._sorted, self._sorted_bytes = [], 0
+        order = pc.sort_indices(keys)
+        runs = pc.run_end_encode(keys.take(order).combine_chunks())
+        ordered = rows.take(order).combine_chunks()
+        del rows, keys, order
+        index, start = [], 0
+        for end, bucket in zip(runs.run_ends.to_pylist(), runs.values.to_pylist(), strict=True):
+            index.append((bucket, start, end))
+            start = end
+        path = self._path("", self._names.in_progress(self._task, self._next_counter("")))
+        with self._fs.open_output_stream(path) as stream, pa.ipc.new_file(stream, self._file_schema) as writer:
+            for part in ordered.to_batches(max_chunksize=RUN_BATCH_ROWS):
+                writer.write_batch(part)
+        self._runs.append(_Run(path, tuple(index)))
+        self.runs_written += 1
+
+    def _merge_sorted_out(self) -> None:
+        """Write every sorted-out row into its bucket: each bucket's rows of every run into one file, bucket after
+        bucket; buckets that have an open file now go first and get them in that file, so a file rolled to make
+        room is never needed again."""
+        if not self._runs and not self._sorted:
+            return
+        self._write_run()  # what is still in memory, as one more run: the merge then reads runs only
+        cursors = [_RunCursor(self._fs.open_input_file(run.path)) for run in self._runs]
+        where = [{bucket: (start, end) for bucket, start, end in run.index} for run in self._runs]
+        buckets = sorted(set().union(*where), key=lambda b: (b not in self._open, b))
+        now = self._ticker()
+        for bucket in buckets:
+            current = self._open.get(bucket)
+            was_open = current is not None
+            if current is None:
+                while len(self._open) >= self._options.max_open_files:  # make room for one
+                    self._roll(next(iter(self._open)))
+                current = self._open_file(bucket)
+            for cursor, found in zip(cursors, where, strict=True):
+                if bucket not in found:
+                    continue
+                for rows in cursor.rows(*found[bucket]):
+                    if current.writer.length >= self._options.part_size_bytes:
+                        self._roll(bucket)
+                        current = self._open_file(bucket)
+                    before = current.writer.buffered
+                    current.writer.write(rows)
+                    self._buffered += current.writer.buffered - before
+                    current.rows += rows.num_rows
+                    self._keep_to_budget()
+            current.last_write = now
+            if not was_open:
+                self._roll(bucket)  # written whole: close it before the next one opens
+        for cursor in cursors:
+            cursor.close()
+        for run in self._runs:
+            self._fs.delete_file(run.path)
+        self._runs.clear()
+
     def prepare_commit(self, end_of_input: bool = False) -> list[PendingFile]:
         """The files that became pending since the last call; rolls every open file for bulk formats and at the
         end of input, and the ones over size or inactive otherwise."""
+        self._merge_sorted_out()
         now = self._ticker()
         for bucket in list(self._open):
             current = self._open[bucket]
@@ -151,14 +290,18 @@ class BucketingSinkWriter:
     def snapshot_state(self) -> WriterState:
         """Flush the open row-format files and return the state to restore from (bulk files never stay open
         across a :meth:`prepare_commit`, so they have nothing to record)."""
+        self._merge_sorted_out()  # sorted-out rows are in no file a state can name: write them into their buckets
         files = []
         for current in self._open.values():
             files.append(InProgressFile(current.bucket, current.counter, current.writer.flush(), current.rows))
         return WriterState(self._task, self._counter, tuple(files))
 
     def abort(self) -> None:
-        """Close open files without making them pending; they stay in-progress for the next sweep to remove."""
+        """Close open files without making them pending; they and the runs stay in-progress for the next sweep to
+        remove."""
         self._buffered = 0
+        self._sorted, self._sorted_bytes = [], 0
+        self._runs.clear()
         for current in self._open.values():
             try:
                 current.writer.close()
@@ -174,18 +317,26 @@ class BucketingSinkWriter:
     def _exists(self, path: str) -> bool:
         return bool(self._fs.get_file_info(path).type != pafs.FileType.NotFound)
 
-    def _open_file(self, bucket: str) -> _OpenFile:
-        while len(self._open) >= self._options.max_open_files:  # roll the least recently written bucket's file
-            self._roll(next(iter(self._open)))
-        while True:  # a restored counter could meet a file made after the snapshot: never reuse a name
+    def _next_counter(self, bucket: str) -> int:
+        """The next counter, creating ``bucket``'s directory; a restored counter could meet a file made after the
+        snapshot: a name in use is never reused."""
+        while True:
             counter = self._counter
             self._counter += 1
+            if self._unique:  # the task's name holds a token of its own: nobody else made these names
+                break
             names = (self._names.in_progress(self._task, counter), self._names.pending(self._task, counter),
                      self._names.finished(self._task, counter))
             if not any(self._exists(self._path(bucket, n)) for n in names):
                 break
-        self._fs.create_dir(join(self._base, bucket) if bucket else self._base, recursive=True)
-        stream = self._fs.open_output_stream(self._path(bucket, names[0]))
+        if bucket not in self._made:
+            self._fs.create_dir(join(self._base, bucket) if bucket else self._base, recursive=True)
+            self._made.add(bucket)
+        return counter
+
+    def _open_file(self, bucket: str) -> _OpenFile:
+        counter = self._next_counter(bucket)
+        stream = self._fs.open_output_stream(self._path(bucket, self._names.in_progress(self._task, counter)))
         writer = self._format.open(stream, self._file_schema, compression=self._options.compression,
                                    header=self._options.csv_header, fresh=True)
         current = _OpenFile(bucket, counter, writer, last_write=self._ticker())
@@ -231,6 +382,13 @@ class BucketingSinkWriter:
 
 
 
+def _combined(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
+    """One batch of ``batches``' rows (a bucket's many small slices, written as one)."""
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0]
+
+
 def write_files(options: BucketingSinkOptions, batches: Iterable[pa.RecordBatch], partition: int) -> list[PendingFile]:
     """One task: write ``batches`` into part files and close them as pending files (the task's committables).
 
@@ -243,7 +401,7 @@ def write_files(options: BucketingSinkOptions, batches: Iterable[pa.RecordBatch]
     try:
         for batch in batches:
             if writer is None:
-                writer = BucketingSinkWriter(options, batch.schema, fs, base, task=task)
+                writer = BucketingSinkWriter(options, batch.schema, fs, base, task=task, unique_task=True)
             writer.write(batch)
         return writer.prepare_commit(end_of_input=True) if writer is not None else []
     except BaseException:

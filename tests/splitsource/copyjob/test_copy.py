@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ def finished(out: Path) -> dict[str, float]:
 
 
 def kill_and_rerun(args: list[str], out: Path, kills: int, seed: int, jitter: float = 1.0,
-                   deadline_s: float = 240.0) -> str:
+                   deadline_s: float = 240.0, watch: Callable[[], object] | None = None) -> str:
     """Start the copy and SIGKILL its process group once it has committed something new, at a random moment up
     to ``jitter`` seconds later (mid-batch, mid-commit), ``kills`` times; then run it to the end. Every kill is
     checked to land in a running copy that has made progress, so the test cannot pass without its crashes.
@@ -54,12 +55,16 @@ def kill_and_rerun(args: list[str], out: Path, kills: int, seed: int, jitter: fl
                                 start_new_session=True)
         deadline = time.monotonic() + deadline_s
         while committed_rows(out) <= committed:
+            if watch is not None:
+                watch()
             if proc.poll() is not None:
                 raise AssertionError(f"kill {kill + 1}: the copy exited ({proc.returncode}) before committing "
                                      f"anything new: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
             assert time.monotonic() < deadline, f"kill {kill + 1}: no commit within {deadline_s}s"
             time.sleep(0.02)
         time.sleep(rng.uniform(0, jitter))  # a random point of the next batch
+        if watch is not None:
+            watch()  # what the test looks for at the instant of the kill
         assert proc.poll() is None, f"kill {kill + 1}: the copy finished before the kill: the test proves nothing"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

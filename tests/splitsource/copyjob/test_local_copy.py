@@ -176,3 +176,31 @@ def test_summary_json_tells_a_scheduler_what_happened(tmp_path: Path) -> None:
     failed = json.loads(report.read_text())
     assert failed["status"] == "failed" and failed["exit_code"] == 2 and "rowz" in failed["error"]
     assert bad.stderr.count("\n") == 1 and "rowz" in bad.stderr
+
+
+def test_a_copy_past_max_open_files_under_a_small_budget_killed_and_rerun_is_exact(tmp_path: Path) -> None:
+    """9 buckets, 2 open files and a 0.2 MB budget per worker: most rows are sorted out and written as runs, which
+    the kills leave behind mid-batch; the re-runs sweep them, and the copy ends with every row once and one file
+    per bucket, worker and batch."""
+    source = [*GEN[:-1], "columns=id:bigint,name:string?,f1:boolean?,f2:boolean?"]
+    out = tmp_path / "out"
+    args = ["copy", *source, *LOCAL, "--output", str(out), "--max-splits-per-batch", "4", "--bucketer", "columns",
+            "--sink-option", "bucket_columns=f1,f2", "--sink-option", "max_open_files=2", "--sink-option",
+            "buffer_mb=0.2", "--quiet"]
+    runs_seen = []
+
+    def runs_on_disk() -> bool:
+        runs_seen.extend(p for p in out.glob("_part-*.in-progress"))  # runs live in the base directory
+        return bool(runs_seen)
+
+    stdout = kill_and_rerun(args, out, kills=3, seed=9, jitter=0.5, watch=runs_on_disk)
+    assert runs_seen, "no sorted run was ever on disk: the cap and the budget were never passed"
+    assert "copy finished: 60,000 rows" in stdout
+    check = run(["verify", *source, "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+    assert not [p for p in out.rglob("*") if p.name.endswith((".in-progress", ".pending"))]
+    buckets = {p.parent for p in out.rglob("*.parquet")}
+    assert len(buckets) == 9
+    # 15 splits in batches of 4: 4 batches, 2 workers
+    assert max(len(list(b.glob("*.parquet"))) for b in buckets) <= 4 * 2, "more than one file per bucket, worker "\
+        "and batch"

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+import pytest
 
 from splitsource.sink import BucketingGlobalCommitter, BucketingSinkWriter, parse_sink_options
 from splitsource.sink._bucketers import ColumnBucketer
@@ -61,13 +62,34 @@ def test_a_small_budget_writes_the_largest_buffers_out_early_and_commits_exactly
     assert max(groups) > 1  # spilled buffers are row groups of files that stayed open
 
 
-def test_max_open_files_rolls_the_least_recently_written_bucket_and_commits_exactly_the_input(tmp_path: Path
-                                                                                             ) -> None:
+@pytest.mark.parametrize("buffer_mb", ["128", "0.5"])
+def test_past_max_open_files_rows_are_sorted_out_and_each_bucket_gets_one_file(tmp_path: Path,
+                                                                                 buffer_mb: str) -> None:
+    """Past the cap, as Spark falls back from concurrent writers to sorting: the rows of buckets without an open
+    file are kept by bucket (and, under a small budget, written as sorted runs), then merged bucket by bucket, so
+    never more than 5 files are open and each bucket still gets one file."""
     data = batches(10, 1000, seed=2)
-    write_and_commit(tmp_path, data, max_open_files="5")
+    writer = write_and_commit(tmp_path, data, max_open_files="5", buffer_mb=buffer_mb)
     files = list(tmp_path.rglob("*.parquet"))
-    assert len(files) > BUCKETS + 1, "no bucket was rolled early: the cap was never reached"
+    assert len(files) == BUCKETS + 1  # 60 buckets and the null one
+    if buffer_mb == "0.5":
+        assert writer.runs_written > 1, "the budget never made the sorted-out rows a run: the test proves nothing"
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.name.startswith("_part")]  # runs removed
     assert read_back(tmp_path) == expected(data)
+
+
+def test_a_failure_after_runs_were_written_leaves_only_what_the_sweep_removes(tmp_path: Path) -> None:
+    opts = parse_sink_options({"path": str(tmp_path), "format": "parquet", "bucketer": "columns",
+                               "bucket_columns": "k", "max_open_files": "5", "buffer_mb": "0.5"})
+    data = batches(10, 1000, seed=3)
+    writer = BucketingSinkWriter(opts, data[0].schema, pafs.LocalFileSystem(), str(tmp_path), task="t")
+    for batch in data:
+        writer.write(batch)
+    assert writer.runs_written > 0, "no run was written: the test proves nothing"
+    writer.abort()  # the task fails before its prepare_commit
+    committer = BucketingGlobalCommitter(pafs.LocalFileSystem(), str(tmp_path), opts.names)
+    assert committer.sweep(keep=()), "the failed task left nothing for the sweep: runs were not on disk"
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 def test_a_batch_is_split_by_bucket_in_one_pass_keeping_every_row_once() -> None:
