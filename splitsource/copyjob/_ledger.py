@@ -45,12 +45,20 @@ def split_counts(envelopes: Mapping[str, bytes], rows: Mapping[str, int]) -> lis
     return [SplitCount(split_id, int(rows.get(split_id, 0)), data) for split_id, data in envelopes.items()]
 
 
+def _plain(counts: Iterable[SplitCount]) -> list[list[object]]:
+    return [[c.split_id, c.rows, base64.b64encode(c.split).decode("ascii")] for c in counts]
+
+
+def _from_plain(items: Iterable[Sequence[object]]) -> list[SplitCount]:
+    return [SplitCount(str(i), int(str(n)), base64.b64decode(str(s))) for i, n, s in items]
+
+
 def encode_counts(counts: Iterable[SplitCount]) -> bytes:
-    return json.dumps([[c.split_id, c.rows, base64.b64encode(c.split).decode("ascii")] for c in counts]).encode()
+    return json.dumps(_plain(counts)).encode()
 
 
 def decode_counts(data: bytes) -> list[SplitCount]:
-    return [SplitCount(str(i), int(n), base64.b64decode(s)) for i, n, s in json.loads(data)]
+    return _from_plain(json.loads(data))
 
 
 def _path(base: str, batch_id: int) -> str:
@@ -61,8 +69,7 @@ def write_batch(checkpoint: str, query_id: str, batch_id: int, counts: Sequence[
     """Write the ledger file of batch ``batch_id`` (atomically: a reader never sees half of it)."""
     fs, base = resolve_filesystem(checkpoint)
     fs.create_dir(f"{base}/{LEDGER_DIR}", recursive=True)
-    body = {"version": _VERSION, "query": query_id, "batch": batch_id,
-            "splits": json.loads(encode_counts(counts))}
+    body = {"version": _VERSION, "query": query_id, "batch": batch_id, "splits": _plain(counts)}
     write_atomically(fs, _path(base, batch_id), json.dumps(body).encode())
 
 
@@ -84,7 +91,7 @@ def read_ledger(checkpoint: str, last_committed: Callable[[str], int | None]) ->
         try:
             body = json.loads(read_text(fs, info.path))
             version, query, batch = int(body["version"]), str(body["query"]), int(body["batch"])
-            counts = decode_counts(json.dumps(body["splits"]).encode())
+            counts = _from_plain(body["splits"])
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointError(f"split ledger file {info.path} is corrupt ({exc})") from None
         if version > _VERSION:

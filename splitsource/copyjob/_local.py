@@ -211,18 +211,17 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
                 _write_offset(fs, root, batch_id, end)
             check_offset(end, fingerprint)
             total = int(end.get("total", -1))
-            splits = offset_splits(source, end)
+            splits = {s.split_id: write_envelope(serializer, s) for s in offset_splits(source, end)}
             try:
                 # every worker asks for the batch's splits: as many read at once as there are splits, up to the pool
                 readers = concurrent_readers(framework, len(splits), workers)
-                results = pool.run({**task, "readers": readers}, [write_envelope(serializer, s) for s in splits],
-                                   batch_progress)
+                results = pool.run({**task, "readers": readers}, list(splits.values()), batch_progress)
             except LocalCopyFailed:
                 committer.sweep(keep=())  # the workers are killed: their files of this batch are orphans now
                 raise
             files = [read_envelope(PENDING_FILE_SERIALIZER, f) for r in results for f in r["files"]]
             split_rows = {k: int(v) for r in results for k, v in r["report"]["split_rows"].items()}
-            counts = split_counts({s.split_id: write_envelope(serializer, s) for s in splits}, split_rows)
+            counts = split_counts(splits, split_rows)
             committer.commit_batch(files, query_id=query_id, batch_id=batch_id,
                                    before_commit=partial(write_batch, checkpoint, query_id, batch_id, counts))
             _prune_offsets(fs, root, keep_from=batch_id)

@@ -67,6 +67,14 @@ class PartFileWriter(ABC):
         return length
 
 
+def combine_batches(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
+    """One batch of ``batches``' rows, copied into buffers of its own (slices no longer keep their whole batches
+    in memory); a single batch is returned as it is."""
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0]
+
+
 class _ParquetWriter(PartFileWriter):
     """Buffers Spark's small Arrow batches (10,000 rows by default) into row groups of up to ``ROW_GROUP_ROWS``
     rows or ``ROW_GROUP_BYTES`` bytes: one row group per incoming batch made files slower to write and to read."""
@@ -101,7 +109,7 @@ class _ParquetWriter(PartFileWriter):
         counts."""
         tail = self._buffer[-self._small:]
         del self._buffer[-self._small:]
-        self._buffer.append(pa.Table.from_batches(tail, self._schema).combine_chunks().to_batches()[0])
+        self._buffer.append(combine_batches(tail, self._schema))
         self._small = 0
 
     def _write_row_group(self) -> None:

@@ -6,10 +6,10 @@ Contract:
   writer. A file rolls (closes and becomes pending) when it reaches ``part_size`` or, for the buckets not written
   for ``inactivity`` seconds, at the next call.
 - at most ``max_open_files`` files are open. Past it, as Spark falls back from concurrent writers to sorting, the
-  rows of buckets without an open file are *sorted out*: kept by bucket in memory and, when the memory budget
-  needs it, written as a run (an Arrow IPC file, one batch per bucket in bucket order, named as an in-progress
-  file so that a sweep removes it after a failure). :meth:`prepare_commit` merges the runs bucket by bucket, so
-  each of those buckets gets one file, written and rolled in turn, never more open than the cap.
+  rows of buckets without an open file are *sorted out*: each batch's such rows copied into one batch with their
+  buckets and, when the memory budget needs it, sorted by bucket and written as a run (an Arrow IPC file named as
+  an in-progress file, so that a sweep removes it after a failure). :meth:`prepare_commit` merges the runs bucket
+  by bucket, so each of those buckets gets one file, written and rolled in turn, never more open than the cap.
 - memory: the rows buffered by all open files (Parquet row groups being built) and the rows sorted out stay within
   ``buffer_mb`` after every :meth:`write`: past it, the largest buffer is written out as a row group, or the
   sorted-out rows as a run when they are the larger. Sorted-out rows past a quarter of the budget are written as a
@@ -38,7 +38,7 @@ import pyarrow.fs as pafs
 from splitsource._errors import SinkError
 from splitsource.sink._bucketers import Bucketer
 from splitsource.sink._files import InProgressFile, PendingFile, WriterState, join
-from splitsource.sink._formats import PartFileWriter, resolve_filesystem, truncate, write_atomically
+from splitsource.sink._formats import PartFileWriter, combine_batches, resolve_filesystem, truncate, write_atomically
 from splitsource.sink._options import BucketingSinkOptions
 
 __all__ = ["BucketingSinkWriter", "write_files"]
@@ -162,12 +162,8 @@ class BucketingSinkWriter:
                 current = self._open_file(bucket)
             else:
                 self._open[bucket] = self._open.pop(bucket)  # now the most recently written
-            before = current.writer.buffered
-            current.writer.write(rows)
-            self._buffered += current.writer.buffered - before
-            current.rows += rows.num_rows
+            self._append(current, rows)
             current.last_write = now
-            self._keep_to_budget()
         if out:
             self._sort_out(out)
         self._roll_inactive(now)
@@ -182,6 +178,14 @@ class BucketingSinkWriter:
         """What the open files and the sorted-out rows hold in memory now; at most ``buffer_mb`` after every
         :meth:`write`."""
         return self._buffered + self._sorted_bytes
+
+    def _append(self, current: _OpenFile, rows: pa.RecordBatch) -> None:
+        """Write ``rows`` into an open file, counting what it buffers, and keep to the budget."""
+        before = current.writer.buffered
+        current.writer.write(rows)
+        self._buffered += current.writer.buffered - before
+        current.rows += rows.num_rows
+        self._keep_to_budget()
 
     def _keep_to_budget(self) -> None:
         """Hudi's whole-buffer budget: while the buffers of all open buckets and the sorted-out rows pass
@@ -205,7 +209,7 @@ class BucketingSinkWriter:
         """Keep one batch's rows of buckets without an open file, copied into one batch with each row's bucket
         (slices would keep the whole batch in memory, and a Python object per bucket)."""
         names = [bucket for bucket, _ in parts]
-        rows = _combined([r for _, r in parts], self._file_schema)
+        rows = combine_batches([r for _, r in parts], self._file_schema)
         codes = np.repeat(np.arange(len(parts), dtype=np.int32), [r.num_rows for _, r in parts])
         keys = pa.DictionaryArray.from_arrays(pa.array(codes), pa.array(names, pa.string()))
         self._sorted.append((rows, keys))
@@ -260,11 +264,7 @@ class BucketingSinkWriter:
                     if current.writer.length >= self._options.part_size_bytes:
                         self._roll(bucket)
                         current = self._open_file(bucket)
-                    before = current.writer.buffered
-                    current.writer.write(rows)
-                    self._buffered += current.writer.buffered - before
-                    current.rows += rows.num_rows
-                    self._keep_to_budget()
+                    self._append(current, rows)
             current.last_write = now
             if not was_open:
                 self._roll(bucket)  # written whole: close it before the next one opens
@@ -380,13 +380,6 @@ class BucketingSinkWriter:
         self._fs.move(in_progress, pending)
         self._pending.append(committable)
 
-
-
-def _combined(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
-    """One batch of ``batches``' rows (a bucket's many small slices, written as one)."""
-    if len(batches) == 1:
-        return batches[0]
-    return pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0]
 
 
 def write_files(options: BucketingSinkOptions, batches: Iterable[pa.RecordBatch], partition: int) -> list[PendingFile]:
