@@ -189,12 +189,16 @@ def main() -> int:
         print(f"{name:44s} {r['wall_s']:8.2f} {r['rows_per_s']:10,d} {r['peak_rss_mb']:8,d} "
               f"{r.get('ratio_to_splitsource_copy', float('nan')):8.2f} "
               f"{r.get('ratio_to_driver_per_core', float('nan')):9.2f}")
-    out = ROOT / "bench" / "results" / "tools.json"
+    # a partial run (--only) must not replace the full side-by-side figures
+    out = ROOT / "bench" / "results" / ("tools-only.json" if args.only else "tools.json")
     out.write_text(json.dumps({"rows": args.rows, "repeat": args.repeat, "cores": CORES, "baseline": BASELINE,
                                "command": "python bench/bench_tools.py " + " ".join(sys.argv[1:]),
                                "results": results}, indent=2) + "\n")
-    chart(results, args.rows, out.with_suffix(".png"))
-    print(f"\nwrote {out} and {out.with_suffix('.png')}")
+    try:
+        chart(results, args.rows, out.with_suffix(".png"))
+        print(f"\nwrote {out} and {out.with_suffix('.png')}")
+    except ImportError:  # matplotlib is in the 'bench' extra only
+        print(f"\nwrote {out} (no chart: pip install matplotlib, or the project's 'bench' extra)")
     return 0
 
 

@@ -51,13 +51,19 @@ from splitsource.sink._formats import read_text, resolve_filesystem, write_atomi
 __all__ = ["LOCAL_DIR", "run_copy", "run_local"]
 
 LOCAL_DIR = "local"  # in the checkpoint: offsets/<batch>, workers.log
+# One writer per core on one machine: each worker's default sink budget (the sink's own default, 128 MiB, is sized
+# for an executor task). 16 MiB keeps a Parquet row group near 100,000 rows of a typical table; measured on the
+# 1M-row benchmark table, the whole copy's peak fell from 712 MB to about 410 MB and it ran no slower.
+WORKER_BUFFER_MB = "16"
 
 
 class _Workers:
     """Worker processes, each running one task at a time; killed all at once when one task fails."""
 
     def __init__(self, count: int, log: IO[bytes] | int) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # Arrow's default pool (mimalloc) keeps what a flushed row group freed: the system allocator gives it back,
+        # measured 60-70 MB less per worker at the same speed (unless the user chose a pool)
+        env = {"ARROW_DEFAULT_MEMORY_POOL": "system", **os.environ, "PYTHONUNBUFFERED": "1"}
         self._procs = [
             subprocess.Popen([sys.executable, "-m", "splitsource.copyjob._worker"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=log, env=env)
@@ -181,7 +187,8 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
     committer.sweep(keep=())  # no task runs now: whatever is transient is an orphan of an earlier run
     parallelism = max(framework.parallelism, workers)
     limit = batch_limit(framework)
-    task = {"options": dict(read_options), "sink": dict(sink_raw), "environment": TaskEnvironment.current()}
+    sink_raw = {"buffer_mb": WORKER_BUFFER_MB, **sink_raw}  # a user's buffer_mb wins
+    task = {"options": dict(read_options), "sink": sink_raw, "environment": TaskEnvironment.current()}
     start = _read_offset(fs, root, last) if last >= 0 else None
     if last >= 0 and start is None:
         raise CheckpointError(f"checkpoint {checkpoint} has no offset for batch {last}, which the output's commit "

@@ -204,3 +204,24 @@ def test_a_copy_past_max_open_files_under_a_small_budget_killed_and_rerun_is_exa
     # 15 splits in batches of 4: 4 batches, 2 workers
     assert max(len(list(b.glob("*.parquet"))) for b in buckets) <= 4 * 2, "more than one file per bucket, worker "\
         "and batch"
+
+
+@pytest.mark.parametrize(("sink_option", "max_groups"), [([], None), (["--sink-option", "buffer_mb=256"], 1)])
+def test_local_workers_default_to_a_small_buffer_unless_the_user_sets_one(tmp_path: Path, sink_option: list[str],
+                                                                          max_groups: int | None) -> None:
+    # 1,000,000 rows of 24 Arrow bytes (about 23 MiB) in one split: past the workers' default 16 MiB budget, and
+    # within a 256 MiB one and within one row group's 1 Mi rows
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    gen = ["--connector", "generator", "-o", "rows=1000000", "-o", "split_rows=1000000",
+           "-o", "columns=id:bigint,a:double,b:bigint"]
+    done = run(["copy", *gen, *LOCAL, "--output", str(out), "--quiet", *sink_option])
+    assert done.returncode == 0, done.stderr
+    files = list(out.glob("*.parquet"))
+    assert len(files) == 1 and pq.ParquetFile(files[0]).metadata.num_rows == 1_000_000
+    groups = pq.ParquetFile(files[0]).metadata.num_row_groups
+    if max_groups is None:
+        assert groups > 1, "the workers' 16 MiB default should have written row groups before the end"
+    else:
+        assert groups == max_groups, "a user's buffer_mb must win over the local engine's default"
