@@ -30,9 +30,9 @@ from splitsource._offsets import source_fingerprint
 from splitsource._planning import build_source
 from splitsource.copyjob._claim import check_paths, claim, start_over, undo_unstarted
 from splitsource.copyjob._ownership import CopyLock
-from splitsource.copyjob._protocol import CopyRun
+from splitsource.copyjob._protocol import CopyRun, EngineResult
 from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
-from splitsource.sink._formats import resolve_filesystem, write_atomically
+from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
 __all__ = ["CopySummary", "Progress", "committed_rows", "copy", "failure", "root_cause"]
@@ -271,7 +271,10 @@ def copy(
                 run = CopyRun(source, read_options, sink_raw, committer, checkpoint, claimed.token,
                               progress.update if progress is not None else None, rows_before)
                 settings = {"workers": workers} if engine == "local" else {"master": master, "spark": spark}
-                result = _engine(engine).run_copy(run, **settings)
+                result = finished_before(checkpoint, claimed.token, committer) if resumed else None
+                if result is None:  # a finished copy's re-run starts no engine (no JVM): it has nothing to do
+                    result = _engine(engine).run_copy(run, **settings)
+                    mark_finished(checkpoint, claimed.token, committer, result)
                 splits, total, batches, stats = result.taken, result.total, result.batches, result.stats
             except BaseException:
                 undo_unstarted(output, checkpoint, claimed, committer)
@@ -295,6 +298,33 @@ def copy(
         progress.update(splits, max(splits, total), rows, final=True)
     committer.end_of_input(json.dumps(asdict(summary)).encode())
     return summary
+
+
+FINISHED_FILE = "finished.json"  # in the checkpoint: the copy read its whole source, as of one commit record
+
+
+def _latest_stream_seq(committer: BucketingGlobalCommitter) -> int:
+    return max((r.seq for r, _ in committer.records() if r.kind == "stream"), default=0)
+
+
+def mark_finished(checkpoint: str, token: str, committer: BucketingGlobalCommitter, result: EngineResult) -> None:
+    """Record that the engine ran the source to its end, with the output's newest commit record at that moment."""
+    fs, base = resolve_filesystem(checkpoint)
+    marker = {"token": token, "seq": _latest_stream_seq(committer), "taken": result.taken, "total": result.total}
+    write_atomically(fs, f"{base}/{FINISHED_FILE}", json.dumps(marker).encode())
+
+
+def finished_before(checkpoint: str, token: str, committer: BucketingGlobalCommitter) -> EngineResult | None:
+    """The result of a copy that already read its whole source, if the checkpoint says so and the output's newest
+    commit record is still the one it finished with; None: run the engine (it resumes, or finds nothing left)."""
+    fs, base = resolve_filesystem(checkpoint)
+    try:
+        marker = json.loads(read_text(fs, f"{base}/{FINISHED_FILE}"))
+        if marker["token"] != token or int(marker["seq"]) != _latest_stream_seq(committer):
+            return None
+        return EngineResult(int(marker["taken"]), int(marker["total"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no marker (or an unreadable one): the engine decides
 
 
 def failure(cause: str, full: str, checkpoint: str) -> CopyError:

@@ -132,13 +132,41 @@ def test_a_finished_copy_rerun_reads_nothing_and_bad_checkpoints_never_touch_it(
     identity.write_text("{not json")
     refused(run(base), "is corrupt")
     identity.write_bytes(original)
-    # Spark's own offset damaged (and its commit removed, so Spark replays it)
+    # Spark's own offset damaged (and its commit removed, so Spark replays it); a finished copy's re-run does not
+    # start Spark (finished.json), so the marker goes too: the engine must then refuse the checkpoint
+    (checkpoint / "finished.json").unlink()
     newest = max((p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     newest.write_text('v1\n{}\n{"version": 99}\n')
     (checkpoint / "commits" / newest.name).unlink()
     (checkpoint / "commits" / f".{newest.name}.crc").unlink(missing_ok=True)
     (checkpoint / "offsets" / f".{newest.name}.crc").unlink(missing_ok=True)
     refused(run(base), "checkpoint")
+
+
+def test_a_finished_copy_rerun_starts_no_engine_until_the_output_changes(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from splitsource.copyjob import _job
+
+    out = str(tmp_path / "out")
+    options = {"rows": "3000", "split_rows": "1000"}
+    first = _job.copy("generator", options, out, engine="local", workers=1)
+    assert first.rows == 3000 and first.splits == 3
+    started: list[str] = []
+    real_engine = _job._engine
+
+    def engine(name: str) -> object:
+        started.append(name)
+        return real_engine(name)
+
+    monkeypatch.setattr(_job, "_engine", engine)
+    again = _job.copy("generator", options, out, engine="local", workers=1)
+    assert started == [], "a finished copy's re-run must not start an engine (for Spark: a JVM)"
+    assert (again.rows, again.total_rows, again.splits, again.batches) == (0, 3000, 3, 0)
+    # a marker that no longer matches the output's newest commit (here: another token) is not trusted
+    marker = Path(f"{out}.checkpoint") / _job.FINISHED_FILE
+    marker.write_text(marker.read_text().replace('"token": "', '"token": "x'))
+    third = _job.copy("generator", options, out, engine="local", workers=1)
+    assert started == ["local"] and (third.rows, third.total_rows) == (0, 3000)
 
 
 @pytest.mark.parametrize("args, expected", [
