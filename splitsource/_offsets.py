@@ -1,12 +1,23 @@
 """Offsets of a bounded source read in batches of splits: the checkpoint of Spark's streaming reader and of the
 local copy engine alike (step 1 of the batch protocol, see :mod:`splitsource.copyjob._protocol`).
 
-An offset is a JSON dict that carries everything needed to replay its batch after a crash:
+An offset is a JSON dict that carries everything needed to replay its batch after a crash. Version 2:
 
-- ``state``: the enumerator's versioned, serialized state after this batch's splits were taken;
-- ``batch``: this batch's splits, serialized: a replay reads exactly them;
-- ``taken`` / ``total``: splits handed out so far and the enumerator's estimate of all (for progress);
+- ``plan``: the digest of the read's *plan*, the enumerator's serialized state before its first split. The plan is
+  written once, to ``<plan_location>/<digest>.plan`` (the framework option ``plan_location``; the copy job's is
+  ``<checkpoint>/plans``), or, without a location, carried in every offset as ``plan_state``;
+- ``taken``: splits handed out so far: the enumerator's state after this batch is the plan's enumerator after
+  ``taken`` splits, so an offset's size does not grow with the source (a thousand-node ring's plan is megabytes);
+- ``batch``: this batch's splits, serialized: a replay reads exactly them. Restoring the enumerator at an offset
+  takes ``taken`` splits from the plan and checks that the last of them are this batch's (an enumerator that does
+  not cut the same splits from the same state is refused, never trusted);
+- ``total``: the enumerator's estimate of all splits (for progress);
 - ``source``: a fingerprint of the source's identity: a checkpoint of another source is refused.
+
+Between batches the enumerator stays alive in the process that plans (Spark's long-lived Python worker of the
+stream, the local engine's coordinator), so it is restored from the plan only after a restart. Version 1 offsets
+(the whole enumerator state in every offset, as ``state``) are still read, and a copy started with them goes on
+writing them.
 """
 
 from __future__ import annotations
@@ -14,18 +25,38 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from serializers import SerializationError, read_envelope, write_envelope
-from splitsource._api import FixedEnumeratorContext, Source, Split
+from splitsource._api import FixedEnumeratorContext, Source, Split, SplitEnumerator
 from splitsource._errors import CheckpointError
+from splitsource._fs import read_text, resolve_filesystem, write_atomically
 from splitsource._planning import BatchLimit
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 
-__all__ = ["OFFSET_VERSION", "check_offset", "initial_offset", "next_offset", "offset_splits", "source_fingerprint"]
+__all__ = [
+    "INITIAL_OFFSET_FILE",
+    "OFFSET_VERSION",
+    "PLANS_DIR",
+    "PlanStore",
+    "check_offset",
+    "initial_offset",
+    "next_offset",
+    "offset_splits",
+    "source_fingerprint",
+]
 
-OFFSET_VERSION = 1
+log = logging.getLogger(__name__)
+
+OFFSET_VERSION = 2
+_READ_VERSIONS = (1, 2)
+PLAN_SUFFIX = ".plan"
+PLANS_DIR = "plans"  # in a copy's checkpoint
+INITIAL_OFFSET_FILE = "initial.json"  # in a plan store: the offset before the first batch, planned by the copy
+INLINE_PLAN_WARNING_BYTES = 64 * 1024
 
 
 START_OVER = "to start over, run the same copy with --overwrite (it deletes what the output holds)"
@@ -41,65 +72,210 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _offset(source: Source[Any, Any, Any, Any], fingerprint: str, state: bytes, batch: list[Split], *, taken: int,
-            total: int | None) -> dict[str, Any]:
-    serializer = source.split_serializer()
-    return {
-        "version": OFFSET_VERSION,
-        "source": fingerprint,
-        "taken": taken,
-        "total": total if total is not None else -1,
-        "state": _b64(state),
-        "batch": [_b64(write_envelope(serializer, s)) for s in batch],
-    }
+def _unreadable(exc: BaseException) -> CheckpointError:
+    return CheckpointError(f"the checkpoint's offset cannot be read ({type(exc).__name__}: {exc}); it is corrupt or "
+                           f"was written by an incompatible release; {START_OVER}")
 
 
-def initial_offset(source: Source[Any, Any, Any, Any], fingerprint: str, parallelism: int) -> dict[str, Any]:
-    """The offset before the first batch: a fresh enumerator's state, no split taken."""
+class PlanStore:
+    """Where plans are kept: ``<location>/<digest>.plan``, written once and atomically (content-addressed, so a
+    second write of the same plan is harmless); no location: the plan goes into the offsets themselves."""
+
+    def __init__(self, location: str = "") -> None:
+        self.location = location.rstrip("/")
+
+    def put(self, offset: dict[str, Any], plan: bytes) -> None:
+        if not self.location:
+            offset["plan_state"] = _b64(plan)
+            if len(plan) > INLINE_PLAN_WARNING_BYTES:
+                log.warning("the read's plan is %d KiB and travels in every offset: set the option "
+                            "'plan_location' to a durable directory to store it once", len(plan) // 1024)
+            return
+        fs, base = resolve_filesystem(self.location)
+        path = f"{base}/{offset['plan']}{PLAN_SUFFIX}"
+        if fs.get_file_info(path).size != len(plan):
+            fs.create_dir(base, recursive=True)
+            write_atomically(fs, path, plan)
+
+    def get(self, offset: Mapping[str, Any]) -> bytes:
+        digest = str(offset["plan"])
+        if "plan_state" in offset:
+            plan = base64.b64decode(offset["plan_state"], validate=True)
+        else:
+            if not self.location:
+                raise CheckpointError("the checkpoint's offsets refer to a plan stored apart (option "
+                                      "'plan_location'), and no plan_location is set: use the options the read was "
+                                      "started with")
+            fs, base = resolve_filesystem(self.location)
+            path = f"{base}/{digest}{PLAN_SUFFIX}"
+            try:
+                with fs.open_input_stream(path) as f:
+                    plan = f.read()
+            except (OSError, FileNotFoundError):
+                raise CheckpointError(f"the read's plan {self.location}/{digest}{PLAN_SUFFIX} is missing; the "
+                                      f"checkpoint is incomplete; {START_OVER}") from None
+        if _digest(plan) != digest:
+            raise CheckpointError(f"the read's plan {digest} does not match its digest: it is corrupt; {START_OVER}")
+        return plan
+
+
+    def planned_initial(self, fingerprint: str) -> dict[str, Any] | None:
+        """The initial offset a copy's driver planned into this store for this source (None: plan here)."""
+        if not self.location:
+            return None
+        fs, base = resolve_filesystem(self.location)
+        try:
+            found = json.loads(read_text(fs, f"{base}/{INITIAL_OFFSET_FILE}"))
+        except (OSError, ValueError):
+            return None
+        return found if isinstance(found, dict) and found.get("source") == fingerprint else None
+
+
+def _digest(plan: bytes) -> str:
+    return hashlib.sha256(plan).hexdigest()[:32]
+
+
+class _Live:
+    """The enumerator of the last batch planned in this process, kept for the next one (one at a time)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: tuple[str, str, int] | None = None
+        self._enumerator: SplitEnumerator[Any, Any] | None = None
+
+    def take(self, key: tuple[str, str, int]) -> SplitEnumerator[Any, Any] | None:
+        with self._lock:
+            if self._key != key:
+                return None
+            enumerator, self._key, self._enumerator = self._enumerator, None, None
+            return enumerator
+
+    def keep(self, key: tuple[str, str, int], enumerator: SplitEnumerator[Any, Any]) -> None:
+        with self._lock:
+            old, self._key, self._enumerator = self._enumerator, key, enumerator
+        if old is not None:
+            old.close()
+
+
+_LIVE = _Live()
+
+
+def initial_offset(source: Source[Any, Any, Any, Any], fingerprint: str, parallelism: int,
+                   store: PlanStore | None = None) -> dict[str, Any]:
+    """The offset before the first batch: the source planned (a fresh enumerator's state, stored once), no split
+    taken."""
     enumerator = source.create_enumerator(FixedEnumeratorContext(parallelism))
     enumerator.start()
     try:
         total = enumerator.estimated_total_splits()
-        state = enumerator_state_to_bytes(source, enumerator.snapshot_state())
+        plan = enumerator_state_to_bytes(source, enumerator.snapshot_state())
     finally:
         enumerator.close()
-    return _offset(source, fingerprint, state, [], taken=0, total=total)
+    offset: dict[str, Any] = {"version": OFFSET_VERSION, "source": fingerprint, "plan": _digest(plan), "taken": 0,
+                              "total": total if total is not None else -1, "batch": []}
+    (store or PlanStore()).put(offset, plan)
+    return offset
+
+
+def _take(enumerator: SplitEnumerator[Any, Any], limit: BatchLimit) -> list[Split]:
+    batch: list[Split] = []
+    size = 0
+    while True:
+        if limit.max_splits and len(batch) >= limit.max_splits:
+            break
+        if limit.max_bytes and batch and size >= limit.max_bytes:
+            break
+        split = enumerator.next_split()
+        if split is None:
+            break
+        batch.append(split)
+        size += split.estimated_size_bytes
+    return batch
+
+
+def _restore_at(source: Source[Any, Any, Any, Any], start: Mapping[str, Any], parallelism: int,
+                store: PlanStore) -> SplitEnumerator[Any, Any]:
+    """The plan's enumerator after ``start["taken"]`` splits, checked against the splits of ``start``'s batch."""
+    plan = store.get(start)
+    try:
+        state = enumerator_state_from_bytes(source, plan)
+        taken = int(start["taken"])
+        expected = [base64.b64decode(s, validate=True) for s in start.get("batch", [])]
+    except (SerializationError, ValueError, KeyError, TypeError) as exc:
+        raise _unreadable(exc) from None
+    enumerator = source.restore_enumerator(FixedEnumeratorContext(parallelism), state)
+    enumerator.start()
+    serializer = source.split_serializer()
+    last: list[bytes] = []
+    for i in range(taken):
+        split = enumerator.next_split()
+        if split is None:
+            enumerator.close()
+            raise CheckpointError(f"the checkpoint says {taken} splits were taken, but the read's plan has only {i}: "
+                                  f"the connector does not cut the same splits from the same plan; {START_OVER}")
+        if i >= taken - len(expected):
+            last.append(write_envelope(serializer, split))
+    if last != expected:
+        enumerator.close()
+        raise CheckpointError("the splits the connector cuts again from the read's plan differ from those the "
+                              "checkpoint's last batch read: its enumerator is not deterministic, so the copy cannot "
+                              f"resume safely; {START_OVER}")
+    return enumerator
 
 
 def next_offset(source: Source[Any, Any, Any, Any], fingerprint: str, start: Mapping[str, Any], parallelism: int,
-                limit: BatchLimit) -> dict[str, Any] | None:
-    """The offset after the next batch: splits taken from the enumerator restored at ``start`` up to ``limit``
-    (at least one split). None when the enumerator has no split left: the bounded source is done."""
-    max_splits, max_bytes = limit.max_splits, limit.max_bytes
+                limit: BatchLimit, store: PlanStore | None = None) -> dict[str, Any] | None:
+    """The offset after the next batch: splits taken from the enumerator at ``start`` up to ``limit`` (at least
+    one split). None when the enumerator has no split left: the bounded source is done."""
     check_offset(start, fingerprint)
+    if start["version"] == 1:
+        return _next_offset_v1(source, fingerprint, start, parallelism, limit)
+    store = store or PlanStore()
+    try:
+        key = (fingerprint, str(start["plan"]), int(start["taken"]))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise _unreadable(exc) from None
+    enumerator = _LIVE.take(key)
+    if enumerator is None:  # a restart (or another process planned the last batch)
+        enumerator = _restore_at(source, start, parallelism, store)
+    try:
+        batch = _take(enumerator, limit)
+    except BaseException:
+        enumerator.close()
+        raise
+    if not batch:
+        _LIVE.keep(key, enumerator)  # asked again at the end: still nothing
+        return None
+    serializer = source.split_serializer()
+    end: dict[str, Any] = {"version": OFFSET_VERSION, "source": fingerprint, "plan": key[1],
+                           "taken": key[2] + len(batch), "total": start.get("total", -1),
+                           "batch": [_b64(write_envelope(serializer, s)) for s in batch]}
+    if "plan_state" in start:
+        end["plan_state"] = start["plan_state"]
+    _LIVE.keep((fingerprint, key[1], end["taken"]), enumerator)
+    return end
+
+
+def _next_offset_v1(source: Source[Any, Any, Any, Any], fingerprint: str, start: Mapping[str, Any],
+                    parallelism: int, limit: BatchLimit) -> dict[str, Any] | None:
+    """A version 1 checkpoint goes on as it began: the whole enumerator state in every offset."""
     try:
         state = enumerator_state_from_bytes(source, base64.b64decode(start["state"], validate=True))
         taken = int(start["taken"])
     except (SerializationError, ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"the checkpoint's offset cannot be read ({exc}); it is corrupt or was written by an "
-                              f"incompatible release; {START_OVER}") from None
+        raise _unreadable(exc) from None
     enumerator = source.restore_enumerator(FixedEnumeratorContext(parallelism), state)
     enumerator.start()
-    batch: list[Split] = []
-    size = 0
     try:
-        while True:
-            if max_splits and len(batch) >= max_splits:
-                break
-            if max_bytes and batch and size >= max_bytes:
-                break
-            split = enumerator.next_split()
-            if split is None:
-                break
-            batch.append(split)
-            size += split.estimated_size_bytes
+        batch = _take(enumerator, limit)
         if not batch:
             return None
         new_state = enumerator_state_to_bytes(source, enumerator.snapshot_state())
     finally:
         enumerator.close()
-    return _offset(source, fingerprint, new_state, batch, taken=taken + len(batch),
-                   total=start.get("total"))
+    serializer = source.split_serializer()
+    return {"version": 1, "source": fingerprint, "taken": taken + len(batch), "total": start.get("total", -1),
+            "state": _b64(new_state), "batch": [_b64(write_envelope(serializer, s)) for s in batch]}
 
 
 def offset_splits(source: Source[Any, Any, Any, Any], offset: Mapping[str, Any]) -> list[Split]:
@@ -120,15 +296,22 @@ def validated(offset: Any) -> dict[str, Any]:
         int(offset["taken"])
         if offset.get("total") is not None:
             int(offset["total"])
-        base64.b64decode(offset["state"], validate=True)
+        if offset.get("version") == 1:
+            base64.b64decode(offset["state"], validate=True)
+        else:
+            plan = offset["plan"]
+            if not (isinstance(plan, str) and len(plan) == 32 and all(c in "0123456789abcdef" for c in plan)):
+                raise ValueError(f"plan {plan!r} is not a digest")
+            if "plan_state" in offset:
+                base64.b64decode(offset["plan_state"], validate=True)
         return dict(offset)
     except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"the checkpoint's offset cannot be read ({type(exc).__name__}: {exc}); it is corrupt "
-                              f"or was written by an incompatible release; {START_OVER}") from None
+        raise _unreadable(exc) from None
 
 
 def check_offset(offset: Any, fingerprint: str) -> None:
-    if not isinstance(offset, Mapping) or offset.get("version") != OFFSET_VERSION or "state" not in offset:
+    if not isinstance(offset, Mapping) or offset.get("version") not in _READ_VERSIONS or not (
+            "state" in offset if offset.get("version") == 1 else "plan" in offset):
         raise CheckpointError("the checkpoint holds an offset splitsource did not write (or a newer release "
                               "wrote): use another checkpoint location")
     if offset.get("source") != fingerprint:

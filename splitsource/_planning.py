@@ -102,6 +102,10 @@ class FrameworkOptions:
                                       "engine's: copy --workers, Spark's default parallelism for copy, the read's "
                                       "partitions for spark.read)", minimum=0)
 
+    plan_location: str = option("", doc="streaming and copy: a directory where the read's plan (the enumerator's "
+                                        "first state) is stored once; offsets then hold a cursor, not the plan "
+                                        "(copy: <checkpoint>/plans; empty: the plan travels in every offset)")
+
     pushdown: bool = option(False, doc="spark.read: offer the query's filters to the connector (Spark needs "
                                        "spark.sql.python.filterPushdown.enabled=true as well)")
 

@@ -32,7 +32,9 @@ from typing import IO, Any
 from serializers import read_envelope, write_envelope
 from splitsource._errors import CheckpointError, LocalCopyFailed
 from splitsource._offsets import (
+    PLANS_DIR,
     START_OVER,
+    PlanStore,
     check_offset,
     initial_offset,
     next_offset,
@@ -187,6 +189,7 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
     committer.sweep(keep=())  # no task runs now: whatever is transient is an orphan of an earlier run
     parallelism = max(framework.parallelism, workers)
     limit = batch_limit(framework)
+    plans = PlanStore(f"{checkpoint}/{PLANS_DIR}")  # the plan once, offsets hold a cursor
     sink_raw = {"buffer_mb": WORKER_BUFFER_MB, **sink_raw}  # a user's buffer_mb wins
     task = {"options": dict(read_options), "sink": sink_raw, "environment": TaskEnvironment.current()}
     start = _read_offset(fs, root, last) if last >= 0 else None
@@ -211,8 +214,8 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             batch_id = last + 1
             end = _read_offset(fs, root, batch_id)  # logged before a batch that never committed: replay it
             if end is None:
-                begin = start or initial_offset(source, fingerprint, parallelism)
-                end = next_offset(source, fingerprint, begin, parallelism, limit)
+                begin = start or initial_offset(source, fingerprint, parallelism, plans)
+                end = next_offset(source, fingerprint, begin, parallelism, limit, plans)
                 if end is None:
                     break  # nothing left: the bounded source is done
                 _write_offset(fs, root, batch_id, end)

@@ -18,7 +18,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from splitsource._errors import OptionsError, SinkError
+from splitsource._errors import SinkError
+from splitsource._fs import read_text, resolve_filesystem, write_atomically
 from splitsource.sink._text import json_fragments, text_column
 
 __all__ = [
@@ -224,18 +225,6 @@ def pa_csv_header(schema: pa.Schema) -> bytes:
     return bytes(buffer.getvalue())
 
 
-def resolve_filesystem(path: str) -> tuple[pafs.FileSystem, str]:
-    """The file system and the path inside it: URIs (``s3://``, ``hdfs://``, ``file://``) go to pyarrow as they
-    are; anything else is a local path, made absolute."""
-    if "://" in path:
-        try:
-            fs, inner = pafs.FileSystem.from_uri(path)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-            raise OptionsError(f"option 'path': cannot open {path!r}: {exc}") from None
-        return fs, inner.rstrip("/")
-    return pafs.LocalFileSystem(), os.path.abspath(path)
-
-
 def truncate(fs: pafs.FileSystem, path: str, length: int) -> bool:
     """Cut ``path`` to ``length`` bytes where the file system can; False where it cannot (the caller then writes
     a valid-length file, as Flink's BucketingSink does)."""
@@ -244,16 +233,4 @@ def truncate(fs: pafs.FileSystem, path: str, length: int) -> bool:
         return True
     return False
 
-
-def read_text(fs: pafs.FileSystem, path: str) -> str:
-    with fs.open_input_stream(path) as stream:
-        return bytes(stream.read()).decode("utf-8")
-
-
-def write_atomically(fs: pafs.FileSystem, path: str, data: bytes) -> None:
-    """Write ``data`` to a temporary name beside ``path`` and move it into place."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with fs.open_output_stream(tmp) as stream:
-        stream.write(data)
-    fs.move(tmp, path)
 

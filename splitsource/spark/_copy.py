@@ -28,8 +28,8 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from serializers import write_envelope
-from splitsource._api import FixedEnumeratorContext
 from splitsource._errors import OptionsError, SplitSourceError
+from splitsource._offsets import INITIAL_OFFSET_FILE, PLANS_DIR, PlanStore, initial_offset, source_fingerprint
 from splitsource._planning import build_source
 from splitsource.copyjob._job import committed_rows, failure, root_cause
 from splitsource.copyjob._ledger import encode_counts, split_counts
@@ -183,21 +183,24 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
     """Run the copy as a streaming query on ``spark`` (or a session of its own on ``master``, stopped after)."""
     source, read_options, sink_raw, committer = run.source, run.read_options, run.sink_raw, run.committer
     checkpoint, progress, rows_before = run.checkpoint, run.progress, run.rows_before
-    enumerator = source.create_enumerator(FixedEnumeratorContext(2))
-    enumerator.start()
-    total_estimate = enumerator.estimated_total_splits() or -1
-    enumerator.close()
+    plans = f"{checkpoint}/{PLANS_DIR}"
+    last_offset = _newest_offset(checkpoint)
+    if last_offset is None:  # a fresh start: plan here, once; the stream reader's initialOffset takes this plan
+        framework, _ = build_source(read_options)
+        last_offset = initial_offset(source, source_fingerprint(source), framework.parallelism, PlanStore(plans))
+        fs, base = resolve_filesystem(plans)
+        write_atomically(fs, f"{base}/{INITIAL_OFFSET_FILE}", json.dumps(last_offset).encode())
     own_session = spark is None
     spark = spark or start_session(master)
     batches: set[int] = set()
     stats = ReadStats()
-    last_offset: dict[str, Any] = {"taken": _splits_from_checkpoint(checkpoint), "total": total_estimate}
     # the read tasks write the part files themselves and hand only their committables to the sink's commit
     progress_dir = f"{checkpoint}/{PROGRESS_DIR}"
     _remove_tree(progress_dir)  # reports of a run that was killed
     fs, base = resolve_filesystem(progress_dir)
     fs.create_dir(base, recursive=True)
-    stream_options = {**read_options, SINK_OPTION: json.dumps(dict(sink_raw)), PROGRESS_OPTION: progress_dir}
+    stream_options = {**read_options, SINK_OPTION: json.dumps(dict(sink_raw)), PROGRESS_OPTION: progress_dir,
+                      "plan_location": plans}
     # the read rate limit is shared by the tasks that run at once: at most one per core of the cluster
     stream_options.setdefault("reader_slots", str(spark.sparkContext.defaultParallelism))
     try:
@@ -266,15 +269,16 @@ def _remove_tree(directory: str) -> None:
         pass
 
 
-def _splits_from_checkpoint(checkpoint: str) -> int:
-    """Splits taken so far, from the newest offset in Spark's checkpoint (a resumed copy with nothing left)."""
+def _newest_offset(checkpoint: str) -> dict[str, Any] | None:
+    """The newest offset in Spark's checkpoint (None: none yet), for progress: splits taken and the estimate."""
     offsets = Path(checkpoint) / "offsets"
     if not offsets.is_dir():
-        return 0
+        return None
     newest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name), default=None)
     if newest is None:
-        return 0
+        return None
     for line in reversed(newest.read_text().splitlines()):
         if line.startswith("{") and '"taken"' in line:
-            return int(json.loads(line).get("taken", 0))
-    return 0
+            found = json.loads(line)
+            return {"taken": int(found.get("taken", 0)), "total": int(found.get("total", -1))}
+    return None

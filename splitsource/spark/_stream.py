@@ -26,7 +26,14 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from splitsource._offsets import check_offset, initial_offset, next_offset, offset_splits, source_fingerprint
+from splitsource._offsets import (
+    PlanStore,
+    check_offset,
+    initial_offset,
+    next_offset,
+    offset_splits,
+    source_fingerprint,
+)
 from splitsource._planning import BatchLimit, build_source, pack_for
 from splitsource.spark._reader import SplitsPartition, partitions_of, read_partition
 
@@ -53,12 +60,16 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         framework, source = build_source(self._options)
         self._framework = framework
         self._fingerprint = source_fingerprint(source)
+        self._plans = PlanStore(framework.plan_location)
 
     # -- offsets -----------------------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
+        planned = self._plans.planned_initial(self._fingerprint)  # the copy job's driver planned already
+        if planned is not None:
+            return planned
         _, source = build_source(self._options)
-        return initial_offset(source, self._fingerprint, self._framework.parallelism)
+        return initial_offset(source, self._fingerprint, self._framework.parallelism, self._plans)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
         if self._framework.max_splits_per_batch > 0:
@@ -71,7 +82,8 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
         _, source = build_source(self._options)
-        end = next_offset(source, self._fingerprint, start, self._framework.parallelism, batch_limit_of(limit))
+        end = next_offset(source, self._fingerprint, start, self._framework.parallelism, batch_limit_of(limit),
+                          self._plans)
         return start if end is None else end  # unchanged: the bounded source is done
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:

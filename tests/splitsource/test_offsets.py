@@ -1,0 +1,155 @@
+"""Offsets (version 2): the read's plan stored once, offsets holding a cursor whose size does not grow with the
+plan; version 1 checkpoints still read; an enumerator that does not cut the same splits again is refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connectors.cassandra import CassandraSource
+from connectors.cassandra._tokens import PlanEntry
+from connectors.generator import GeneratorSource
+from splitsource._errors import CheckpointError
+from splitsource._offsets import (
+    _LIVE,
+    PlanStore,
+    initial_offset,
+    next_offset,
+    offset_splits,
+    source_fingerprint,
+)
+from splitsource._planning import BatchLimit
+
+MIN, MAX = -(2**63), 2**63 - 1
+
+
+class RingSource(CassandraSource):
+    """A Cassandra source whose plan is a synthetic ring of ``ranges`` ranges (no server: planning only)."""
+
+    ranges = 20_000
+
+    def plan(self) -> tuple[PlanEntry, ...]:
+        step = (MAX - MIN) // self.ranges
+        bounds = [MIN + i * step for i in range(self.ranges)] + [MAX]
+        pairs = zip(bounds, bounds[1:], strict=False)
+        return tuple(PlanEntry(a, b, 1 + i % 3, 1_000_000) for i, (a, b) in enumerate(pairs))
+
+
+def ring_source() -> RingSource:
+    return RingSource({"hosts": "127.0.0.1", "keyspace": "ks", "table": "t"})
+
+
+def drain(source: Any, store: PlanStore, limit: BatchLimit) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every offset of the read, and the split ids in the order the batches took them."""
+    fingerprint = source_fingerprint(source)
+    offsets = [initial_offset(source, fingerprint, 2, store)]
+    ids: list[str] = []
+    while (end := next_offset(source, fingerprint, offsets[-1], 2, limit, store)) is not None:
+        offsets.append(end)
+        ids.extend(s.split_id for s in offset_splits(source, end))
+    return offsets, ids
+
+
+def test_a_large_plan_is_stored_once_and_offsets_stay_small(tmp_path: Path) -> None:
+    source = ring_source()
+    offsets, ids = drain(source, PlanStore(str(tmp_path / "plans")), BatchLimit(max_splits=400))
+    plans = list((tmp_path / "plans").iterdir())
+    assert len(plans) == 1 and plans[0].stat().st_size > 500_000, "the plan is written once, whole"
+    sizes = [len(json.dumps(o)) for o in offsets]
+    assert max(sizes) < 64 * 1024, f"an offset holds the plan ({max(sizes)} bytes)"
+    assert len(ids) == len(set(ids)) == sum(1 + i % 3 for i in range(RingSource.ranges)), "each split once"
+
+
+def test_without_a_plan_location_the_plan_travels_in_each_offset(tmp_path: Path) -> None:
+    source = GeneratorSource({"rows": "100", "split_rows": "10"})
+    offsets, ids = drain(source, PlanStore(), BatchLimit(max_splits=3))
+    assert all("plan_state" in o for o in offsets) and len(ids) == 10
+
+
+@pytest.mark.parametrize("restart_every", [1, 3])
+def test_a_restart_restores_the_enumerator_from_the_plan_and_takes_the_same_splits(tmp_path: Path,
+                                                                                   restart_every: int) -> None:
+    source = ring_source()
+    store = PlanStore(str(tmp_path / "plans"))
+    fingerprint = source_fingerprint(source)
+    expected = drain(source, store, BatchLimit(max_splits=2000))[1]
+    offset = initial_offset(source, fingerprint, 2, store)
+    ids: list[str] = []
+    restarts = 0
+    while True:
+        if len(ids) // 2000 % restart_every == 0:
+            _LIVE.keep(("nothing", "", 0), ring_source().create_enumerator(None))  # a new process: nothing kept
+            restarts += 1
+        end = next_offset(ring_source(), fingerprint, json.loads(json.dumps(offset)), 2, BatchLimit(max_splits=2000),
+                          store)
+        if end is None:
+            break
+        ids.extend(s.split_id for s in offset_splits(source, end))
+        offset = end
+    assert restarts > 5, "the test must restart between batches"
+    assert ids == expected
+
+
+def test_a_missing_or_corrupt_plan_is_one_clear_refusal(tmp_path: Path) -> None:
+    source = GeneratorSource({"rows": "100", "split_rows": "10"})
+    store = PlanStore(str(tmp_path / "plans"))
+    fingerprint = source_fingerprint(source)
+    first = next_offset(source, fingerprint, initial_offset(source, fingerprint, 2, store), 2,
+                        BatchLimit(max_splits=3), store)
+    assert first is not None
+    _LIVE.keep(("nothing", "", 0), source.create_enumerator(None))
+    (plan,) = (tmp_path / "plans").iterdir()
+    plan.write_bytes(plan.read_bytes()[:-1] + b"x")
+    with pytest.raises(CheckpointError, match="does not match its digest"):
+        next_offset(source, fingerprint, first, 2, BatchLimit(max_splits=3), store)
+    plan.unlink()
+    with pytest.raises(CheckpointError, match="is missing"):
+        next_offset(source, fingerprint, first, 2, BatchLimit(max_splits=3), store)
+    with pytest.raises(CheckpointError, match="no plan_location is set"):
+        next_offset(source, fingerprint, first, 2, BatchLimit(max_splits=3), PlanStore())
+
+
+def test_an_enumerator_that_cuts_other_splits_from_the_same_plan_is_refused(tmp_path: Path) -> None:
+    store = PlanStore(str(tmp_path / "plans"))
+    source = GeneratorSource({"rows": "100", "split_rows": "10"})
+    fingerprint = source_fingerprint(source)
+    first = next_offset(source, fingerprint, initial_offset(source, fingerprint, 2, store), 2,
+                        BatchLimit(max_splits=3), store)
+    assert first is not None
+    _LIVE.keep(("nothing", "", 0), source.create_enumerator(None))
+    # the batch the checkpoint says was read is not what the plan gives again (as if the enumerator changed)
+    other = GeneratorSource({"rows": "100", "split_rows": "11"})
+    tampered = {**first, "batch": [base64.b64encode(b).decode() for b in _envelopes(other, 3)]}
+    with pytest.raises(CheckpointError, match="not deterministic"):
+        next_offset(source, fingerprint, tampered, 2, BatchLimit(max_splits=3), store)
+
+
+def _envelopes(source: Any, count: int) -> list[bytes]:
+    from serializers import write_envelope
+
+    enumerator = source.create_enumerator(None)
+    enumerator.start()
+    return [write_envelope(source.split_serializer(), enumerator.next_split()) for _ in range(count)]
+
+
+# An offset written by release 0.x (offset version 1: the whole enumerator state in every offset), captured from
+# `splitsource copy --engine local` of the generator, rows=100, split_rows=10, --max-splits-per-batch 3.
+V1_OFFSET = json.loads((Path(__file__).with_name("data") / "offset-v1.json").read_text())
+
+
+def test_a_version_1_checkpoint_goes_on_where_it_stopped() -> None:
+    source = GeneratorSource({"rows": "100", "split_rows": "10"})
+    fingerprint = source_fingerprint(source)
+    assert V1_OFFSET["version"] == 1 and V1_OFFSET["taken"] == 3
+    ids = []
+    offset = V1_OFFSET
+    while (end := next_offset(source, fingerprint, offset, 2, BatchLimit(max_splits=3))) is not None:
+        assert end["version"] == 1, "a version 1 checkpoint is continued in its own version"
+        ids.extend(s.split_id for s in offset_splits(source, end))
+        offset = end
+    done = [s.split_id for s in offset_splits(source, V1_OFFSET)]
+    assert len(ids) == 7 and not set(ids) & set(done)
