@@ -37,13 +37,15 @@ Example::
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -334,6 +336,7 @@ class CassandraEnumerator(SplitEnumerator[CassandraSplit, CassandraPosition]):
         super().__init__(context, pending)
         self._source = source
         self._position = position
+        self._rounds: int | None = None
 
     def start(self) -> None:
         if self._position is None:
@@ -348,7 +351,9 @@ class CassandraEnumerator(SplitEnumerator[CassandraSplit, CassandraPosition]):
     def generate_split(self) -> CassandraSplit | None:
         pos = self._pos()
         plan, rnd, entry = pos.plan, pos.round, pos.entry
-        max_parts = max((e.parts for e in plan), default=0)
+        if self._rounds is None:  # once: a split must cost O(1), not O(ranges) (a 256,000-range ring)
+            self._rounds = max((e.parts for e in plan), default=0)
+        max_parts = self._rounds
         while rnd < max_parts:
             while entry < len(plan):
                 e = plan[entry]
@@ -623,40 +628,20 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         return f"token {found[0]}" if found else "token unknown (the partition is gone)"
 
     def plan(self) -> tuple[PlanEntry, ...]:
-        """Read the ring and every node's size estimates, and size each range (see ``build_plan``)."""
+        """Read the ring and every node's size estimates (all nodes at once, a bounded number in flight), and size
+        each range (see :func:`plan_ring`)."""
         o = self.options
         cluster, session = connect(o)
         try:
             _table_metadata(cluster, o)
-            lo, hi = _bounds(cluster)
-            wanted = o.token_intervals(lo, hi)
             token_map = cluster.metadata.token_map
-            ranges = ring_ranges((t.value for t in token_map.ring), lo, hi)
-            with_replicas = []
-            for r in ranges:
-                replicas = token_map.get_replicas(o.keyspace, token_map.token_class(r.end))
-                with_replicas.append((r, tuple(sorted(str(h.endpoint) for h in replicas))))
-            estimates: dict[TokenRange, int] = {}
-            for host in cluster.metadata.all_hosts():
-                rows = _estimates_of(session, host, o)
-                for range_start, range_end, mean_size, count in rows:
-                    size = int(mean_size) * int(count)
-                    for piece in _cut_at_bounds(int(range_start), int(range_end), lo, hi):
-                        estimates[piece] = estimates.get(piece, 0) + size
-            if o.token_range:  # only the ring's parts inside token_range, their estimates in proportion
-                with_replicas, estimates = _clip(with_replicas, estimates, wanted)
-            if (not any(v > 0 for v in estimates.values()) and not o.splits
-                    and not CassandraSource._warned_empty_estimates):
-                CassandraSource._warned_empty_estimates = True
-                log.warning(
-                    "no size estimates for %s.%s yet (a fresh table, or estimates not refreshed): splitting by token "
-                    "width instead; run 'nodetool refreshsizeestimates' or set the 'splits' option",
-                    o.keyspace, o.table,
-                )
-            return build_plan(
-                with_replicas, estimates, split_bytes=int(o.split_size_mb * 1024 * 1024),
-                total_splits=o.splits, fallback_splits=max(32, len(with_replicas)),
-            )
+
+            def replicas(end: int) -> tuple[str, ...]:
+                return tuple(sorted(str(h.endpoint) for h in token_map.get_replicas(o.keyspace,
+                                                                                     token_map.token_class(end))))
+
+            rows = gather_estimates(session, list(cluster.metadata.all_hosts()), o)
+            return plan_ring((t.value for t in token_map.ring), replicas, rows, _bounds(cluster), o)
         finally:
             cluster.shutdown()
 
@@ -761,6 +746,68 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                                       self.options.fetch_size, self.restrictions())
         finally:
             cluster.shutdown()
+
+
+ESTIMATE_REQUESTS_IN_FLIGHT = 32  # size estimate queries sent at once while planning (one per node)
+
+
+def plan_ring(tokens: Iterable[int], replicas: Callable[[int], tuple[str, ...]], estimate_rows: Iterable[Any],
+              bounds: tuple[int, int], o: CassandraOptions) -> tuple[PlanEntry, ...]:
+    """The sized plan of a ring: its ranges (``tokens``), each range's replica set (``replicas(range end)``) and the
+    nodes' ``system.size_estimates`` rows (range_start, range_end, mean_partition_size, partitions_count).
+    Linear in the ring's size: a 1,000-node ring of 256 vnodes each plans in seconds (bench/bench_ring.py)."""
+    with _no_gc():  # hundreds of thousands of small objects and no cycle: the collector's passes cost 30-40 %
+        return _plan_ring(tokens, replicas, estimate_rows, bounds, o)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _plan_ring(tokens: Iterable[int], replicas: Callable[[int], tuple[str, ...]], estimate_rows: Iterable[Any],
+               bounds: tuple[int, int], o: CassandraOptions) -> tuple[PlanEntry, ...]:
+    lo, hi = bounds
+    ranges = ring_ranges(tokens, lo, hi)
+    with_replicas = [(r, replicas(r.end)) for r in ranges]
+    estimates: dict[TokenRange, int] = {}
+    for range_start, range_end, mean_size, count in estimate_rows:
+        size = int(mean_size) * int(count)
+        for piece in _cut_at_bounds(int(range_start), int(range_end), lo, hi):
+            estimates[piece] = estimates.get(piece, 0) + size
+    if o.token_range:  # only the ring's parts inside token_range, their estimates in proportion
+        with_replicas, estimates = _clip(with_replicas, estimates, o.token_intervals(lo, hi))
+    if (not any(v > 0 for v in estimates.values()) and not o.splits
+            and not CassandraSource._warned_empty_estimates):
+        CassandraSource._warned_empty_estimates = True
+        log.warning(
+            "no size estimates for %s.%s yet (a fresh table, or estimates not refreshed): splitting by token "
+            "width instead; run 'nodetool refreshsizeestimates' or set the 'splits' option",
+            o.keyspace, o.table,
+        )
+    return build_plan(
+        with_replicas, estimates, split_bytes=int(o.split_size_mb * 1024 * 1024),
+        total_splits=o.splits, fallback_splits=max(32, len(with_replicas)),
+    )
+
+
+def gather_estimates(session: Any, hosts: Sequence[Any], options: CassandraOptions,
+                     in_flight: int = ESTIMATE_REQUESTS_IN_FLIGHT) -> list[Any]:
+    """Every node's own size estimates, asked of all nodes concurrently, at most ``in_flight`` at once (a
+    thousand-node ring asked one by one waits a thousand round trips)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not hosts:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(in_flight, len(hosts))),
+                            thread_name_prefix="size-estimates") as pool:
+        return [row for rows in pool.map(lambda host: _estimates_of(session, host, options), hosts) for row in rows]
 
 
 def _estimates_of(session: Any, host: Any, options: CassandraOptions) -> list[Any]:

@@ -9,8 +9,10 @@ always inclusive (the Flink source's exclusive last bound skipped it).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["PARTITIONERS", "PlanEntry", "TokenRange", "build_plan", "ring_ranges", "split_range"]
 
@@ -21,9 +23,9 @@ PARTITIONERS: Mapping[str, tuple[int, int]] = {
 }
 
 
-@dataclass(frozen=True)
-class TokenRange:
-    """Keys with ``start < token(key) <= end``."""
+class TokenRange(NamedTuple):
+    """Keys with ``start < token(key) <= end``. A named tuple: a ring has up to hundreds of thousands of them as
+    dict keys while planning, and a tuple hashes and compares in C."""
 
     start: int
     end: int
@@ -91,9 +93,11 @@ def build_plan(
     else:
         sizes = {r: 0 for r, _ in ranges}
 
+    total_size = sum(sizes.values()) or 1  # once: per range it made planning quadratic in the ring's size
+
     def parts_for(r: TokenRange) -> int:
         if total_splits > 0:
-            weight = sizes[r] / sum(sizes.values()) if known else widths[r] / total_width
+            weight = sizes[r] / total_size if known else widths[r] / total_width
             return max(1, round(total_splits * weight))
         if not known:
             return max(1, round(fallback_splits * widths[r] / total_width))
@@ -104,9 +108,9 @@ def build_plan(
     for r, replicas in ranges:
         groups.setdefault(replicas, []).append(r)
     ordered: list[TokenRange] = []
-    queues = [sorted(g, key=lambda r: r.start) for _, g in sorted(groups.items())]
-    while any(queues):
+    queues = [deque(g if len(g) == 1 else sorted(g)) for _, g in sorted(groups.items(), key=lambda kv: kv[0])]
+    while queues:
         for q in queues:
-            if q:
-                ordered.append(q.pop(0))
+            ordered.append(q.popleft())
+        queues = [q for q in queues if q]
     return tuple(PlanEntry(r.start, r.end, parts_for(r), sizes[r]) for r in ordered)

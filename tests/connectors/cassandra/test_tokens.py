@@ -61,3 +61,30 @@ def test_plan_interleaves_replica_sets() -> None:
     assert sequence == [("a",), ("b",), ("a",), ("b",)]
     assert isinstance(plan[0], PlanEntry)
 
+
+
+def test_size_estimates_are_asked_of_all_nodes_at_once_within_the_bound() -> None:
+    import threading
+    import time
+
+    from connectors.cassandra._source import CassandraOptions, gather_estimates
+    from splitsource._options import parse_options
+
+    running, most = 0, 0
+    lock = threading.Lock()
+
+    class Session:  # a node answers in 20 ms: one row, its own
+        def execute(self, query: str, params: tuple[str, str], host: str) -> list[tuple[int, int, int, int]]:
+            nonlocal running, most
+            with lock:
+                running += 1
+                most = max(most, running)
+            time.sleep(0.02)
+            with lock:
+                running -= 1
+            return [(int(host), int(host) + 1, 10, 1)]
+
+    options = parse_options(CassandraOptions, {"hosts": "h", "keyspace": "k", "table": "t"})
+    rows = gather_estimates(Session(), [str(i) for i in range(64)], options, in_flight=8)
+    assert sorted(r[0] for r in rows) == list(range(64)), "every node's rows, once"
+    assert most == 8, f"{most} requests in flight at most, not the bound 8"
