@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""The Spark engine's fixed cost, side by side in one run: a bare Spark session, the local engine, the Spark engine.
+
+Each method runs as a child process (wall time includes its start-up), ``--repeat`` rounds, medians reported:
+
+- ``bare spark``: start a session as ``splitsource copy`` does (``local[2]``, same settings) and run one job
+  (``spark.range(1).count()``), then stop: what any Spark job pays before its data;
+- ``copy --engine local``: ``splitsource copy`` of the generator (``--rows`` rows) to Parquet, no JVM;
+- ``copy`` (Spark engine): the same copy, one batch;
+- ``re-run``: the Spark engine's copy run again once finished (nothing to do).
+
+Target (issue 17): Spark engine <= bare spark + local engine + 5 s; a re-run under 5 s.
+
+    python bench/bench_spark_overhead.py --rows 2000000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench._measure import Measured, run  # noqa: E402
+
+BARE = """
+import time
+from splitsource.spark._copy import start_session
+spark = start_session("local[2]")
+spark.range(1).count()
+spark.stop()
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    cli = [sys.executable, "-m", "splitsource.cli", "copy", "--connector", "generator", "-o", f"rows={args.rows}",
+           "--quiet"]
+    runs: dict[str, list[Measured]] = {"bare spark": [], "copy --engine local": [], "copy (Spark engine)": [],
+                                       "re-run of the finished copy (Spark engine)": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_ in range(1, args.repeat + 1):
+            out = Path(tmp, "out")
+            steps = [("bare spark", [sys.executable, "-c", BARE]),
+                     ("copy --engine local", [*cli, "--engine", "local", "--output", str(out)]),
+                     ("copy (Spark engine)", [*cli, "--output", str(out) + "-spark"]),
+                     ("re-run of the finished copy (Spark engine)", [*cli, "--output", str(out) + "-spark"])]
+            for name, command in steps:
+                measured = run(command)
+                if measured.returncode != 0:
+                    raise SystemExit(f"{name}: exit {measured.returncode}\n{measured.output[-2000:]}")
+                runs[name].append(measured)
+                print(f"round {round_}: {name:44s} {measured.seconds:7.2f} s", flush=True)
+            for path in Path(tmp).iterdir():
+                shutil.rmtree(path)
+    wall = {name: statistics.median(m.seconds for m in measured) for name, measured in runs.items()}
+    budget = wall["bare spark"] + wall["copy --engine local"] + 5
+    print(f"\n{'method':46s} {'wall s (median)':>16s}")
+    for name, seconds in wall.items():
+        print(f"{name:46s} {seconds:16.2f}")
+    print(f"\nSpark engine {wall['copy (Spark engine)']:.2f} s against bare Spark + local engine + 5 s = "
+          f"{budget:.2f} s: {'within' if wall['copy (Spark engine)'] <= budget else 'over by'} "
+          f"{abs(wall['copy (Spark engine)'] - budget):.2f} s")
+    out_file = ROOT / "bench" / "results" / "spark_overhead.json"
+    out_file.write_text(json.dumps({"rows": args.rows, "repeat": args.repeat,
+                                    "command": "python bench/bench_spark_overhead.py " + " ".join(sys.argv[1:]),
+                                    "wall_s": {k: round(v, 2) for k, v in wall.items()},
+                                    "runs_s": {k: [round(m.seconds, 2) for m in v] for k, v in runs.items()},
+                                    "target_s": round(budget, 2)}, indent=2) + "\n")
+    print(f"wrote {out_file}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
