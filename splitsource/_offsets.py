@@ -100,7 +100,10 @@ class PlanStore:
     def get(self, offset: Mapping[str, Any]) -> bytes:
         digest = str(offset["plan"])
         if "plan_state" in offset:
-            plan = base64.b64decode(offset["plan_state"], validate=True)
+            try:
+                plan = base64.b64decode(offset["plan_state"], validate=True)
+            except (ValueError, TypeError) as exc:
+                raise _unreadable(exc) from None
         else:
             if not self.location:
                 raise CheckpointError("the checkpoint's offsets refer to a plan stored apart (option "
@@ -111,13 +114,12 @@ class PlanStore:
             try:
                 with fs.open_input_stream(path) as f:
                     plan = f.read()
-            except (OSError, FileNotFoundError):
+            except OSError:
                 raise CheckpointError(f"the read's plan {self.location}/{digest}{PLAN_SUFFIX} is missing; the "
                                       f"checkpoint is incomplete; {START_OVER}") from None
         if _digest(plan) != digest:
             raise CheckpointError(f"the read's plan {digest} does not match its digest: it is corrupt; {START_OVER}")
         return plan
-
 
     def planned_initial(self, fingerprint: str) -> dict[str, Any] | None:
         """The initial offset a copy's driver planned into this store for this source (None: plan here)."""

@@ -111,6 +111,12 @@ def test_a_missing_or_corrupt_plan_is_one_clear_refusal(tmp_path: Path) -> None:
         next_offset(source, fingerprint, first, 2, BatchLimit(max_splits=3), store)
     with pytest.raises(CheckpointError, match="no plan_location is set"):
         next_offset(source, fingerprint, first, 2, BatchLimit(max_splits=3), PlanStore())
+    inline = next_offset(source, fingerprint, initial_offset(source, fingerprint, 2, PlanStore()), 2,
+                         BatchLimit(max_splits=3), PlanStore())
+    assert inline is not None and "plan_state" in inline
+    _LIVE.keep(("nothing", "", 0), source.create_enumerator(None))
+    with pytest.raises(CheckpointError, match="offset cannot be read"):  # Spark's log is not validated first
+        next_offset(source, fingerprint, {**inline, "plan_state": "!!"}, 2, BatchLimit(max_splits=3), PlanStore())
 
 
 def test_an_enumerator_that_cuts_other_splits_from_the_same_plan_is_refused(tmp_path: Path) -> None:
