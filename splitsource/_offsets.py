@@ -121,6 +121,11 @@ class PlanStore:
             raise CheckpointError(f"the read's plan {digest} does not match its digest: it is corrupt; {START_OVER}")
         return plan
 
+    def keep_initial(self, offset: Mapping[str, Any]) -> None:
+        """Leave the initial offset a copy's driver planned, for the stream reader's ``initialOffset``."""
+        fs, base = resolve_filesystem(self.location)
+        write_atomically(fs, f"{base}/{INITIAL_OFFSET_FILE}", json.dumps(offset).encode())
+
     def planned_initial(self, fingerprint: str) -> dict[str, Any] | None:
         """The initial offset a copy's driver planned into this store for this source (None: plan here)."""
         if not self.location:

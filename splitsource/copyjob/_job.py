@@ -26,13 +26,13 @@ from typing import Any, TextIO
 import pyarrow.fs as pafs
 
 from splitsource._errors import CopyError, OptionsError
+from splitsource._fs import read_text, resolve_filesystem, write_atomically
 from splitsource._offsets import source_fingerprint
 from splitsource._planning import build_source
 from splitsource.copyjob._claim import check_paths, claim, start_over, undo_unstarted
 from splitsource.copyjob._ownership import CopyLock
 from splitsource.copyjob._protocol import CopyRun, EngineResult
 from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
-from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
 __all__ = ["CopySummary", "Progress", "committed_rows", "copy", "failure", "root_cause"]

@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 
 from serializers import write_envelope
 from splitsource._errors import OptionsError, SplitSourceError
-from splitsource._offsets import INITIAL_OFFSET_FILE, PLANS_DIR, PlanStore, initial_offset, source_fingerprint
+from splitsource._offsets import PLANS_DIR, PlanStore, initial_offset, source_fingerprint
 from splitsource._planning import build_source
 from splitsource.copyjob._job import committed_rows, failure, root_cause
 from splitsource.copyjob._ledger import encode_counts, split_counts
@@ -187,9 +187,9 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
     last_offset = _newest_offset(checkpoint)
     if last_offset is None:  # a fresh start: plan here, once; the stream reader's initialOffset takes this plan
         framework, _ = build_source(read_options)
-        last_offset = initial_offset(source, source_fingerprint(source), framework.parallelism, PlanStore(plans))
-        fs, base = resolve_filesystem(plans)
-        write_atomically(fs, f"{base}/{INITIAL_OFFSET_FILE}", json.dumps(last_offset).encode())
+        store = PlanStore(plans)
+        last_offset = initial_offset(source, source_fingerprint(source), framework.parallelism, store)
+        store.keep_initial(last_offset)
     own_session = spark is None
     spark = spark or start_session(master)
     batches: set[int] = set()
