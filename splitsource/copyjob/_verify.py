@@ -32,7 +32,6 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -196,6 +195,7 @@ def _plain_rows_through_emitter(source: Source[Any, Any, Any, Any]) -> Iterator[
 
 def _bucket_text(t: pa.DataType) -> Callable[[Any], str | None]:
     """How the sink names a bucket value of type ``t`` (Arrow's cast to string); ``''`` reads back as null."""
+    import pyarrow.compute as pc
     cache: dict[Any, str | None] = {}
 
     def text(value: Any) -> str | None:

@@ -29,7 +29,6 @@ from datetime import datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from splitsource._errors import OptionsError, SinkError
 
@@ -69,6 +68,7 @@ def _checked(segment: str, what: str) -> str:
 
 def _null_if_empty(column: pa.Array) -> pa.Array:
     """'' and null share a directory name (as in Spark): one bucket, not two with the same path."""
+    import pyarrow.compute as pc
     return pc.if_else(pc.fill_null(pc.equal(column, ""), False), pa.scalar(None, pa.string()), column)
 
 
@@ -155,6 +155,7 @@ class ColumnBucketer(Bucketer):
             raise OptionsError("option 'bucket_columns': at least one column must stay in the files")
 
     def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
+        import pyarrow.compute as pc
         keep = [i for i, name in enumerate(batch.schema.names) if name not in self.columns]
         data = batch.select(keep)
         keys = pa.table([_null_if_empty(pc.cast(batch.column(c), pa.string())) for c in self.columns],

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 __all__ = [
     "days_from_civil",
@@ -244,6 +243,7 @@ def json_fragments(column: pa.Array) -> list[str]:
 
 def _vector_timestamp_text(column: pa.Array) -> pa.Array | None:
     """Timestamps all within years 1..9999, as text in one vectorized pass; None when any value is outside."""
+    import pyarrow.compute as pc
     unit = column.type.unit
     lo, hi = -62_135_596_800 * 10**_UNIT_DIGITS[unit], 253_402_300_800 * 10**_UNIT_DIGITS[unit]
     ints = column.cast(pa.int64())
@@ -260,6 +260,7 @@ def _vector_timestamp_text(column: pa.Array) -> pa.Array | None:
 def text_column(column: pa.Array) -> pa.Array | None:
     """``column`` as CSV text (see the module docstring), or None where pyarrow's CSV writer already writes the
     exact text (integers, booleans, strings, finite floats)."""
+    import pyarrow.compute as pc
     t = column.type
     if pa.types.is_floating(t):
         finite = pc.is_finite(column)

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from splitsource._errors import SinkError
@@ -219,6 +218,7 @@ class BucketingSinkWriter:
     def _write_run(self) -> None:
         """Write the sorted-out rows, sorted by bucket, into a run file (batches of ``RUN_BATCH_ROWS``), and
         forget them."""
+        import pyarrow.compute as pc
         if not self._sorted:
             return
         rows = pa.Table.from_batches([r for r, _ in self._sorted], self._file_schema)
