@@ -37,11 +37,14 @@ def test_the_ledger_holds_every_split_with_its_true_rows(tmp_path: Path) -> None
     assert len(list((Path(f"{out}.checkpoint") / "splits").iterdir())) == 4  # one file per batch
 
 
+@pytest.mark.parametrize("engine", ["local", "spark"])
 def test_a_commit_that_fails_after_the_ledger_write_leaves_nothing_counted_twice(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str, request: pytest.FixtureRequest) -> None:
     """The ledger file of batch 1 is written, then its commit record fails: the file is not counted (its batch did
-    not commit); the re-run replays batch 1, rewrites its file and commits it."""
+    not commit); the re-run replays batch 1, rewrites its file and commits it. Both engines commit in this process
+    (the Spark engine in its foreachBatch function, on the driver), so the fault is injected here."""
     out = tmp_path / "out"
+    settings: dict[str, Any] = {"workers": 2} if engine == "local" else {"spark": request.getfixturevalue("spark")}
     real_commit = BucketingGlobalCommitter.commit
     failed: list[int] = []
 
@@ -54,11 +57,11 @@ def test_a_commit_that_fails_after_the_ledger_write_leaves_nothing_counted_twice
 
     monkeypatch.setattr(BucketingGlobalCommitter, "commit", commit)
     with pytest.raises(Exception, match="injected"):
-        copy("generator", SOURCE, str(out), engine="local", workers=2, max_splits_per_batch=4)
+        copy("generator", SOURCE, str(out), engine=engine, max_splits_per_batch=4, **settings)
     assert failed == [1], "the fault was not injected"
     ledger = _ledger(out)
     assert ledger is not None and sorted(ledger) == [f"generator-{i}" for i in range(4)]  # batch 0 only
-    copy("generator", SOURCE, str(out), engine="local", workers=2, max_splits_per_batch=4)
+    copy("generator", SOURCE, str(out), engine=engine, max_splits_per_batch=4, **settings)
     ledger = _ledger(out)
     assert ledger is not None and sum(c.rows for c in ledger.values()) == 60_000 and len(ledger) == 15
 
