@@ -49,17 +49,15 @@ class BucketingSinkOptions:
     buffer_mb: float = option(128.0, doc="memory budget of a writer task for rows buffered across all its open "
                                          "buckets (Parquet row groups); past it the bucket holding most is written "
                                          "out", minimum=0.001)
-    max_open_files: int = option(1000, doc="open in-progress files per writer task; past it the bucket written "
-                                           "least recently is rolled into a pending file", minimum=1)
+    max_open_files: int = option(1000, doc="open in-progress files per writer task; past it the rows of buckets "
+                                           "without an open file are sorted out to disk and merged into one file "
+                                           "per bucket at the task's end (as Spark's writer falls back to sorting)",
+                                 minimum=1)
     compression: str = option("snappy", doc="Parquet compression",
                               choices=("none", "snappy", "zstd", "gzip", "lz4", "brotli"))
     csv_header: bool = option(True, doc="CSV: write a header line at the top of each part file")
     log_retention: int = option(10, doc="commit records kept in _bucketing/log (the log never grows past this)",
                                 minimum=2)
-    input: str = option("rows", doc="rows to write, or 'committables': pending files already written by the "
-                                    "tasks (splitsource copy)", choices=("rows", "committables"))
-    split_ledger: str = option("", doc="with input=committables: the checkpoint into which each batch's commit "
-                                       "first writes the rows per split (splitsource copy)")
 
     @property
     def file_format(self) -> FileFormat:

@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 
 from serializers import read_envelope, write_envelope
 from splitsource._errors import OptionsError, SplitSourceError
+from splitsource._fs import read_text, resolve_filesystem, write_atomically
 from splitsource._offsets import PLANS_DIR, PlanStore, initial_offset, source_fingerprint
 from splitsource._planning import build_source
 from splitsource.copyjob._job import committed_rows, failure, root_cause
@@ -40,10 +41,9 @@ from splitsource.runtime._read import conform_batch
 from splitsource.runtime._source_reader import ReaderMetrics
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PENDING_FILE_SERIALIZER, PendingFile
-from splitsource._fs import read_text, resolve_filesystem, write_atomically
 from splitsource.sink._options import parse_sink_options
 from splitsource.spark._reader import SplitsPartition
-from splitsource.spark._sink import COMMITTABLES_SCHEMA, task_context
+from splitsource.spark._sink import task_context
 from splitsource.spark._stream import SplitSourceStreamReader
 
 __all__ = ["CopyDataSource", "CopyStreamReader", "TaskProgress", "live_progress", "run_copy", "start_session"]
@@ -52,6 +52,10 @@ SINK_OPTION = "copy_sink"  # the bucketing sink's options as JSON
 PROGRESS_OPTION = "copy_progress"  # a directory the read tasks report their progress into
 PROGRESS_DIR = "progress"  # in the checkpoint: <batch>-<partition>.json, one per running read task
 _REPORT_EVERY_S = 0.5
+# what a read task emits: one row per pending file it wrote (versioned bytes) with its rows, and one more row (no
+# file) with the rows per split it read (splitsource.copyjob._ledger.encode_counts), for the commit on the driver
+COMMITTABLES_SCHEMA = pa.schema([pa.field("file", pa.binary()), pa.field("rows", pa.int64(), nullable=False),
+                                 pa.field("splits", pa.binary())])
 
 
 class TaskProgress:
@@ -107,7 +111,7 @@ def live_progress(directory: str, after_batch: int, stats: ReadStats | None = No
 
 class CopyStreamReader(SplitSourceStreamReader):
     """The stream reader of ``format("splitsource")`` whose read tasks write the rows into pending files and
-    emit their committables (:data:`~splitsource.spark._sink.COMMITTABLES_SCHEMA`)."""
+    emit their committables (:data:`COMMITTABLES_SCHEMA`)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         options = {k.lower(): v for k, v in options.items()}

@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -32,13 +31,7 @@ from splitsource.sink._formats import resolve_filesystem
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 from splitsource.sink._writer import write_files
 
-__all__ = ["COMMITTABLES_SCHEMA", "BucketingCommitMessage", "BucketingDataSource", "task_context"]
-
-# input 'committables': rows that each name a pending file a task already wrote (versioned bytes) and its rows
-# and, in a row without a file, the rows per split the task read (splitsource.copyjob._ledger.encode_counts)
-COMMITTABLES_SCHEMA = pa.schema([pa.field("file", pa.binary()), pa.field("rows", pa.int64(), nullable=False),
-                                 pa.field("splits", pa.binary())])
-
+__all__ = ["BucketingCommitMessage", "BucketingDataSource", "task_context"]
 
 @dataclass(frozen=True)
 class BucketingCommitMessage(WriterCommitMessage):
@@ -47,7 +40,6 @@ class BucketingCommitMessage(WriterCommitMessage):
     files: tuple[bytes, ...]
     query_id: str
     batch_id: int
-    splits: tuple[bytes, ...] = ()  # input 'committables': the rows per split of the task (for the split ledger)
 
     def pending_files(self) -> list[PendingFile]:
         return [read_envelope(PENDING_FILE_SERIALIZER, data) for data in self.files]
@@ -66,22 +58,11 @@ def task_context() -> tuple[int, str, int]:
 
 
 def _task_output(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
+    """Write this task's rows into pending files (on failure its files are removed) and name them for the commit."""
     partition, query_id, batch_id = task_context()
-    if options.input == "rows":  # write this task's rows into pending files; on failure its files are removed
-        files = write_files(options, batches, partition)
-        return BucketingCommitMessage(tuple(write_envelope(PENDING_FILE_SERIALIZER, f) for f in files), query_id,
-                                      batch_id)
-    # the files are written already (by the read side of the same task): pass them on to the commit
-    written: list[bytes] = []
-    splits: list[bytes] = []
-    for batch in batches:
-        if "file" not in batch.schema.names:
-            raise SinkError("option 'input' is 'committables' but the rows have no 'file' column: it is set by "
-                            "splitsource copy, not for writing a DataFrame")
-        written.extend(f for f in batch.column("file").to_pylist() if f is not None)
-        if "splits" in batch.schema.names:
-            splits.extend(s for s in batch.column("splits").to_pylist() if s is not None)
-    return BucketingCommitMessage(tuple(written), query_id, batch_id, tuple(splits))
+    files = write_files(options, batches, partition)
+    return BucketingCommitMessage(tuple(write_envelope(PENDING_FILE_SERIALIZER, f) for f in files), query_id,
+                                  batch_id)
 
 
 def _collect(messages: list[Any]) -> tuple[list[PendingFile], str]:
@@ -143,15 +124,7 @@ class BucketingStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
         files, query_id = _collect(messages)
-        before_commit = None
-        if self.options.split_ledger:  # a copy: first the batch's rows per split, into its checkpoint
-            from splitsource.copyjob._ledger import decode_counts, write_batch
-
-            counts = [c for m in messages if isinstance(m, BucketingCommitMessage) for s in m.splits
-                      for c in decode_counts(s)]
-            before_commit = partial(write_batch, self.options.split_ledger, query_id, batchId, counts)
-        _committer(self.options).commit_batch(files, query_id=query_id, batch_id=batchId,
-                                              before_commit=before_commit)
+        _committer(self.options).commit_batch(files, query_id=query_id, batch_id=batchId)
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
         _committer(self.options).delete_pending(_collect(messages)[0])

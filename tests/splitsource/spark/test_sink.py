@@ -139,10 +139,6 @@ def test_bad_options_fail_before_any_task_naming_the_option(spark: Any, tmp_path
     with pytest.raises(Exception, match="UNSUPPORTED_DATA_SOURCE_SAVE_MODE"):
         df.write.format("bucketing").mode("error").save(str(tmp_path / "c"))
     assert not (tmp_path / "a").exists() or visible_files(tmp_path / "a") == []
-    # 'committables' is the copy job's input: a DataFrame of rows written with it is refused, and nothing lands
-    with pytest.raises(Exception, match="option 'input' is 'committables' but the rows have no 'file' column"):
-        df.write.format("bucketing").option("input", "committables").mode("append").save(str(tmp_path / "d"))
-    assert not (tmp_path / "d").exists() or visible_files(tmp_path / "d") == []
 
 
 def test_failed_and_speculative_attempts_leave_no_file(tmp_path: Path) -> None:
