@@ -30,6 +30,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+import pyarrow.fs as pafs
+
 from serializers import SerializationError, read_envelope, write_envelope
 from splitsource._api import FixedEnumeratorContext, Source, Split, SplitEnumerator
 from splitsource._errors import CheckpointError
@@ -120,6 +122,21 @@ class PlanStore:
         if _digest(plan) != digest:
             raise CheckpointError(f"the read's plan {digest} does not match its digest: it is corrupt; {START_OVER}")
         return plan
+
+    def prune(self, keep: str) -> None:
+        """Delete every stored plan but ``keep``'s (by digest): for a fresh start, when no offset refers to any
+        other plan (an earlier start that stopped before its first offset left its plan behind, and a source
+        whose size estimates changed plans differently). Best effort: a plan left over is only a small file."""
+        if not self.location:
+            return
+        fs, base = resolve_filesystem(self.location)
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+            for info in infos:
+                if info.base_name.endswith(PLAN_SUFFIX) and info.base_name != f"{keep}{PLAN_SUFFIX}":
+                    fs.delete_file(info.path)
+        except OSError:
+            pass
 
     def keep_initial(self, offset: Mapping[str, Any]) -> None:
         """Leave the initial offset a copy's driver planned, for the stream reader's ``initialOffset``."""

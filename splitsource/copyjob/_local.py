@@ -214,7 +214,10 @@ def run_local(read_options: Mapping[str, str], sink_raw: Mapping[str, str], comm
             batch_id = last + 1
             end = _read_offset(fs, root, batch_id)  # logged before a batch that never committed: replay it
             if end is None:
-                begin = start or initial_offset(source, fingerprint, parallelism, plans)
+                if start is None:  # a fresh start: no offset refers to a plan yet
+                    start = initial_offset(source, fingerprint, parallelism, plans)
+                    plans.prune(keep=start["plan"])
+                begin = start
                 end = next_offset(source, fingerprint, begin, parallelism, limit, plans)
                 if end is None:
                     break  # nothing left: the bounded source is done

@@ -196,6 +196,7 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
         store = PlanStore(plans)
         last_offset = initial_offset(source, source_fingerprint(source), framework.parallelism, store)
         store.keep_initial(last_offset)
+        store.prune(keep=last_offset["plan"])  # no offset refers to any other plan yet
     own_session = spark is None
     spark = spark or start_session(master)
     batches: set[int] = set()

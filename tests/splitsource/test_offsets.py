@@ -159,3 +159,34 @@ def test_a_version_1_checkpoint_goes_on_where_it_stopped() -> None:
         offset = end
     done = [s.split_id for s in offset_splits(source, V1_OFFSET)]
     assert len(ids) == 7 and not set(ids) & set(done)
+
+
+def test_a_fresh_start_prunes_the_plans_no_offset_refers_to(tmp_path: Path) -> None:
+    store = PlanStore(str(tmp_path / "plans"))
+    source = ring_source()
+    source.ranges = 10
+    old = initial_offset(source, "ring", 2, store)
+    source.ranges = 20  # the same source whose size estimates changed: another plan
+    new = initial_offset(source, "ring", 2, store)
+    store.keep_initial(new)
+    assert old["plan"] != new["plan"] and len(list((tmp_path / "plans").glob("*.plan"))) == 2
+    store.prune(keep=new["plan"])
+    assert sorted(p.name for p in (tmp_path / "plans").iterdir()) == sorted([f"{new['plan']}.plan", "initial.json"])
+    assert store.get(new)  # the kept plan still reads back whole
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_copy_started_afresh_leaves_only_its_own_plan(tmp_path: Path, engine: str,
+                                                        request: pytest.FixtureRequest) -> None:
+    """An earlier start that stopped before its first offset left a plan of another digest in the checkpoint."""
+    from splitsource.copyjob import copy
+
+    out = tmp_path / "out"
+    stray = Path(f"{out}.checkpoint") / "plans" / f"{'0' * 32}.plan"
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"a plan of an abandoned start")
+    settings: dict[str, Any] = {"workers": 1} if engine == "local" else {"spark": request.getfixturevalue("spark")}
+    summary = copy("generator", {"rows": "3000", "split_rows": "1000"}, str(out), engine=engine, **settings)
+    assert summary.total_rows == 3000
+    assert not stray.exists(), "the abandoned start's plan is still there"
+    assert len(list(stray.parent.glob("*.plan"))) == 1, "the copy's own plan must stay"
