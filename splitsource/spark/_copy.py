@@ -29,9 +29,9 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from serializers import read_envelope, write_envelope
-from splitsource._errors import OptionsError, SplitSourceError
+from splitsource._errors import CheckpointError, OptionsError, SplitSourceError
 from splitsource._fs import read_text, resolve_filesystem, write_atomically
-from splitsource._offsets import PLANS_DIR, PlanStore, initial_offset, source_fingerprint
+from splitsource._offsets import PLANS_DIR, START_OVER, PlanStore, initial_offset, source_fingerprint
 from splitsource._planning import build_source
 from splitsource.copyjob._job import committed_rows, failure, root_cause
 from splitsource.copyjob._ledger import decode_counts, encode_counts, split_counts, write_batch
@@ -286,8 +286,8 @@ def streaming_query_id(checkpoint: str) -> str:
     try:
         return str(json.loads(read_text(fs, f"{base}/metadata").splitlines()[0])["id"])
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise SplitSourceError(f"checkpoint {checkpoint}: Spark's query metadata cannot be read ({exc}); remove "
-                               "the checkpoint and the output to start the copy again") from None
+        raise CheckpointError(f"checkpoint {checkpoint}: Spark's query metadata cannot be read ({exc}); "
+                              f"{START_OVER}") from None
 
 
 def _collect_progress(query: Any, batches: set[int], last_offset: dict[str, Any]) -> int:
