@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -213,7 +214,8 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
     try:
         spark.dataSource.register(CopyDataSource)
         frame = spark.readStream.format(CopyDataSource.name()).options(**stream_options).load()
-        query = (frame.writeStream.foreachBatch(BatchCommit(committer, checkpoint))
+        commit = BatchCommit(committer, checkpoint)
+        query = (frame.writeStream.foreachBatch(commit)
                  .option("checkpointLocation", checkpoint).trigger(availableNow=True)
                  .queryName(f"splitsource-copy-{os.getpid()}").start())
         try:
@@ -236,8 +238,9 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
             query.stop()
             raise
         error = query.exception()
-        if error is not None:
-            raise failure(root_cause(error), str(error), checkpoint)
+        if error is not None:  # a failed batch's whole text, not the short one Spark got back (see passed_on)
+            full = f"{commit.failure}\n\n{error}" if commit.failure else str(error)
+            raise failure(root_cause(RuntimeError(full)), full, checkpoint)
         live_progress(progress_dir, done_batch, stats)  # the last batches' reports
     except SplitSourceError:
         raise
@@ -265,11 +268,17 @@ class BatchCommit:
         self._committer = committer
         self._checkpoint = checkpoint
         self._query_id = ""
+        self.failure = ""  # the whole text of the batch that failed to run, for the error log
 
     def __call__(self, frame: Any, batch_id: int) -> None:
+        try:
+            rows = frame.collect()  # runs the batch: its read tasks write the files
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to Spark, shortened
+            self.failure = str(exc)
+            raise BatchFailed(passed_on(exc)) from None
         files: list[PendingFile] = []
         counts = []
-        for row in frame.collect():
+        for row in rows:
             if row["file"] is not None:
                 files.append(read_envelope(PENDING_FILE_SERIALIZER, bytes(row["file"])))
             if row["splits"] is not None:
@@ -277,6 +286,30 @@ class BatchCommit:
         query_id = self._query_id = self._query_id or streaming_query_id(self._checkpoint)
         self._committer.commit_batch(files, query_id=query_id, batch_id=batch_id,
                                      before_commit=partial(write_batch, self._checkpoint, query_id, batch_id, counts))
+
+
+class BatchFailed(SplitSourceError):
+    """A batch's read tasks failed, or the query was stopped while they ran (the text: :func:`passed_on`)."""
+
+
+_JAVA_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more)")
+PASSED_ON_CHARS = 2000
+
+
+def passed_on(exc: BaseException) -> str:
+    """What the JVM gets back of a batch that failed in the ``foreachBatch`` function. py4j hands it the whole
+    Python traceback, and Spark tells a query stopped mid-batch from a failed one by matching that text with a
+    regular expression (``StreamExecution.PROXY_ERROR``, ``...calling((.|\\r\\n|\\r|\\n)*)(...)``) whose recursion
+    overflows the stream thread's stack on a long text: the JVM then prints a ``StackOverflowError`` of a thousand
+    lines on stderr (seen in CI, on a stopped copy). So: the error's lines without Java stack frames, at most
+    ``PASSED_ON_CHARS`` (its head and its tail, where the causes are), named as py4j names its error so the
+    expression still recognises an interrupted job."""
+    lines = [line for line in str(exc).splitlines() if line.strip() and not _JAVA_FRAME.match(line)]
+    text = "\n".join(lines)
+    if len(text) > PASSED_ON_CHARS:
+        half = PASSED_ON_CHARS // 2
+        text = f"{text[:half]}\n...\n{text[-half:]}"
+    return f"{type(exc).__module__}.{type(exc).__qualname__}: {text}"
 
 
 def streaming_query_id(checkpoint: str) -> str:
