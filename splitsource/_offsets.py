@@ -35,12 +35,11 @@ import pyarrow.fs as pafs
 from serializers import SerializationError, read_envelope, write_envelope
 from splitsource._api import FixedEnumeratorContext, Source, Split, SplitEnumerator
 from splitsource._errors import CheckpointError
-from splitsource._fs import read_text, resolve_filesystem, write_atomically
+from splitsource._fs import resolve_filesystem, write_atomically
 from splitsource._planning import BatchLimit
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 
 __all__ = [
-    "INITIAL_OFFSET_FILE",
     "OFFSET_VERSION",
     "PLANS_DIR",
     "PlanStore",
@@ -57,7 +56,6 @@ OFFSET_VERSION = 2
 _READ_VERSIONS = (1, 2)
 PLAN_SUFFIX = ".plan"
 PLANS_DIR = "plans"  # in a copy's checkpoint
-INITIAL_OFFSET_FILE = "initial.json"  # in a plan store: the offset before the first batch, planned by the copy
 INLINE_PLAN_WARNING_BYTES = 64 * 1024
 
 
@@ -137,22 +135,6 @@ class PlanStore:
                     fs.delete_file(info.path)
         except OSError:
             pass
-
-    def keep_initial(self, offset: Mapping[str, Any]) -> None:
-        """Leave the initial offset a copy's driver planned, for the stream reader's ``initialOffset``."""
-        fs, base = resolve_filesystem(self.location)
-        write_atomically(fs, f"{base}/{INITIAL_OFFSET_FILE}", json.dumps(offset).encode())
-
-    def planned_initial(self, fingerprint: str) -> dict[str, Any] | None:
-        """The initial offset a copy's driver planned into this store for this source (None: plan here)."""
-        if not self.location:
-            return None
-        fs, base = resolve_filesystem(self.location)
-        try:
-            found = json.loads(read_text(fs, f"{base}/{INITIAL_OFFSET_FILE}"))
-        except (OSError, ValueError):
-            return None
-        return found if isinstance(found, dict) and found.get("source") == fingerprint else None
 
 
 def _digest(plan: bytes) -> str:

@@ -123,8 +123,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="a bucketing sink option (repeat), e.g. bucket_columns=country, part_size_mb=128")
     copy.add_argument("--checkpoint", help="checkpoint location (default: <output>.checkpoint)")
     copy.add_argument("--engine", choices=("spark", "local"), default="spark",
-                      help="spark (default): a Spark streaming query on --master; local: worker processes on this "
-                           "machine, no JVM (faster on one machine); a checkpoint belongs to one engine")
+                      help="spark (default): Spark tasks on --master, one Spark job per batch; local: worker "
+                           "processes on this machine, no JVM (faster on one machine); a checkpoint belongs to one "
+                           "engine")
     copy.add_argument("--master", default=None, help="Spark master (default local[2]); --engine spark only")
     copy.add_argument("--workers", type=int, default=0,
                       help="worker processes (default: one per core); --engine local only")

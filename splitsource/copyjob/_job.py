@@ -3,8 +3,8 @@
 :func:`copy` checks the options, takes ownership of the output and checkpoint (:mod:`splitsource.copyjob._claim`,
 :mod:`splitsource.copyjob._ownership`), and hands the run to an engine, which runs the batch protocol
 (:mod:`splitsource.copyjob._protocol`: plan a batch of splits, write pending files, commit once per batch id) until
-the source is done: the Spark engine (:mod:`splitsource.spark._copy`, a streaming query with
-``trigger(availableNow=True)``) or the local engine (:mod:`splitsource.copyjob._local`, worker processes, no JVM).
+the source is done: the Spark engine (:mod:`splitsource.spark._copy`, one Spark job per batch) or the local engine
+(:mod:`splitsource.copyjob._local`, worker processes, no JVM).
 Re-running the same copy resumes from the checkpoint: committed splits are never read again; a batch in flight
 when the job died is read again and its earlier files, never committed, are swept. The call returns only after the
 last batch is committed and ``_SUCCESS`` is written (FLIP-147: a bounded job reports success only once its last
@@ -211,8 +211,8 @@ def copy(
 ) -> CopySummary:
     """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
 
-    ``engine``: ``spark`` (a Spark streaming query on ``master``) or ``local`` (``workers`` processes on this
-    machine, default one per core, no JVM); both commit the same way, a checkpoint belongs to one engine.
+    ``engine``: ``spark`` (Spark tasks on ``master``, one Spark job per batch) or ``local`` (``workers`` processes
+    on this machine, default one per core, no JVM); both commit the same way, a checkpoint belongs to one engine.
     ``max_rows_per_second`` and ``max_mb_per_second`` limit the whole copy's read rate (0: none), shared by the
     readers that run at once; a re-run may change them.
 

@@ -12,15 +12,17 @@ Per batch ``n`` of a copy whose query id is ``q``:
    (:meth:`~splitsource.sink.BucketingGlobalCommitter.commit_batch`); a replay of a batch already committed is
    discarded, and what is still transient is swept.
 
-Who runs it:
+Who runs it: the coordinator (:func:`splitsource.copyjob._coordinator.run_batches`, in the copy's own process) plans
+and commits for both engines; the engines differ only in who runs step 2 (their task pool):
 
 =========  ===================================================  ==========================================
 step       Spark engine (:mod:`splitsource.spark._copy`)        local engine (:mod:`splitsource.copyjob._local`)
 =========  ===================================================  ==========================================
-plan       ``latestOffset`` of the copy's stream reader;        the coordinator; offsets in
-           offsets in Spark's checkpoint ``offsets/``           ``<checkpoint>/local/offsets/``
-write      Spark read tasks, one per packed group of splits     worker processes asking for splits one by one
-commit     the bucketing sink's stream writer ``commit``        the coordinator
+plan       the coordinator; offsets in                          the coordinator; offsets in
+           ``<checkpoint>/spark/offsets/``                      ``<checkpoint>/local/offsets/``
+write      the tasks of one Spark job, one per packed group of  worker processes asking for splits one by one
+           splits
+commit     the coordinator                                      the coordinator
 =========  ===================================================  ==========================================
 """
 

@@ -65,9 +65,6 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     # -- offsets -----------------------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
-        planned = self._plans.planned_initial(self._fingerprint)  # the copy job's driver planned already
-        if planned is not None:
-            return planned
         _, source = build_source(self._options)
         return initial_offset(source, self._fingerprint, self._framework.parallelism, self._plans)
 

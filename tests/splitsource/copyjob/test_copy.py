@@ -132,14 +132,12 @@ def test_a_finished_copy_rerun_reads_nothing_and_bad_checkpoints_never_touch_it(
     identity.write_text("{not json")
     refused(run(base), "is corrupt")
     identity.write_bytes(original)
-    # Spark's own offset damaged (and its commit removed, so Spark replays it); a finished copy's re-run does not
-    # start Spark (finished.json), so the marker goes too: the engine must then refuse the checkpoint
+    # the newest offset damaged; a finished copy's re-run does not start the engine (finished.json), so the marker
+    # goes too: the engine must then refuse the checkpoint
     (checkpoint / "finished.json").unlink()
-    newest = max((p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    newest.write_text('v1\n{}\n{"version": 99}\n')
-    (checkpoint / "commits" / newest.name).unlink()
-    (checkpoint / "commits" / f".{newest.name}.crc").unlink(missing_ok=True)
-    (checkpoint / "offsets" / f".{newest.name}.crc").unlink(missing_ok=True)
+    offsets = checkpoint / "spark" / "offsets"
+    newest = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    newest.write_text('{"version": 99}')
     refused(run(base), "checkpoint")
 
 

@@ -82,12 +82,6 @@ def test_bad_option_is_named(spark: Any) -> None:
         read(spark, rowz="10").schema  # noqa: B018
 
 
-def test_the_copy_jobs_option_is_not_an_option_of_the_general_reader(spark: Any) -> None:
-    # copy-only options live in the copy's own source (splitsource.spark._copy), not in format("splitsource")
-    with pytest.raises(Exception, match=r"unknown option 'copy_sink' for connector 'generator'"):
-        spark.read.format("splitsource").option("connector", "generator").option("copy_sink", "{}").load()
-
-
 def test_unknown_connector_is_named(spark: Any) -> None:
     with pytest.raises(Exception, match=r"option 'connector': 'nosuch' is neither a built-in connector"):
         spark.read.format("splitsource").option("connector", "nosuch").load()

@@ -1,0 +1,92 @@
+"""The Spark engine of ``splitsource copy``: the coordinator with Spark's tasks (no streaming query), its live
+progress, a failing task, and a checkpoint begun by an earlier release's streaming engine."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pytest
+
+from tests.splitsource.copyjob.test_copy import committed_rows, finished, run
+
+pytestmark = [pytest.mark.spark]
+LEGACY = Path(__file__).resolve().parents[2] / "golden" / "spark-streaming-checkpoint"
+
+
+def ids(out: Path) -> list[int]:
+    """The ``id`` column as pyarrow's dataset reader reads the output's finished files."""
+    files = sorted(str(out / f) for f in finished(out))
+    return sorted(ds.dataset(files, format="parquet").to_table(columns=["id"]).column("id").to_pylist())
+
+
+def test_a_copy_begun_by_the_streaming_engine_of_an_earlier_release_finishes_exact(tmp_path: Path) -> None:
+    """The fixture is what release e9afadd's Spark engine (a streaming query) left: batches 0 and 1 (rows 0-19)
+    committed under Spark's query id, batch 2 logged in Spark's ``offsets/2`` and failed (an injected fault, not
+    part of the copy's identity), an orphan in-progress file. The re-run replays batch 2 from Spark's offset."""
+    shutil.copytree(LEGACY, tmp_path, dirs_exist_ok=True)
+    for name in ("out.checkpoint/splitsource-copy.json", "out/_bucketing/owner.json"):
+        path = tmp_path / name
+        path.write_text(path.read_text().replace("/tmp/legacy", str(tmp_path)))
+    out = tmp_path / "out"
+    assert committed_rows(out) == 20 and list(out.glob("_part-*.in-progress"))
+    gen = ["--connector", "generator", "-o", "rows=30", "-o", "split_rows=10", "-o", "columns=id:bigint,name:string?"]
+    result = run(["copy", *gen, "--max-splits-per-batch", "1", "--output", str(out), "--quiet"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "copy finished: 30 rows" in result.stdout and "this run: 10 rows in 1 batches" in result.stdout, \
+        result.stdout
+    assert ids(out) == list(range(30)), "rows lost or duplicated across the two releases"
+    assert not [p for p in out.rglob("*") if p.name.endswith((".in-progress", ".pending"))]
+    from splitsource.sink import BucketingGlobalCommitter, PartNames
+
+    committer = BucketingGlobalCommitter(pafs.LocalFileSystem(), str(out), PartNames())
+    spark_id = (tmp_path / "out.checkpoint" / "metadata").read_text().split('"')[3]
+    assert committer.last_stream_batch(spark_id) == 2, "the batch is not named as the earlier release named them"
+    check = run(["verify", *gen, "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+
+
+def test_a_failing_spark_task_is_one_line_and_commits_nothing_of_its_batch(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    gen = ["--connector", "generator", "-o", "rows=8000", "-o", "split_rows=1000", "-o", "columns=id:bigint"]
+    result = run(["copy", *gen, "-o", "fail_at_row=5500", "-o", "fail_kind=fatal", "--output", str(out),
+                  "--max-splits-per-batch", "2"])
+    assert result.returncode == 1
+    line = result.stderr.strip().splitlines()[-1]
+    assert re.search(r"reading split\(s\) generator-5 failed: injected failure at row 5500 .*\(details: .*"
+                     r"splitsource-copy-error.log\)$", line), result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and "at org.apache" not in result.stderr
+    assert committed_rows(out) == 4000  # batches 0 and 1 committed; batch 2 (splits 4, 5) not at all
+    assert not [p for p in out.rglob("*") if p.name.endswith((".in-progress", ".pending"))], \
+        "the failed batch's files were not swept"
+    assert "Traceback" in (tmp_path / "out.checkpoint" / "splitsource-copy-error.log").read_text()
+    again = run(["copy", *gen, "--output", str(out), "--max-splits-per-batch", "2", "--quiet"])
+    assert again.returncode == 0 and "this run: 4,000 rows" in again.stdout, again.stdout + again.stderr
+    assert ids(out) == list(range(8000))
+
+
+def test_progress_moves_while_a_batch_runs_and_the_users_session_stays(tmp_path: Path, spark: Any) -> None:
+    """One batch of 4 splits, about 4 s: the tasks' reports reach the coordinator before the batch ends."""
+    import splitsource
+
+    seen: list[tuple[int, int, bool]] = []
+
+    class Recorder:
+        def update(self, splits: int, total: int, rows: int, final: bool = False) -> None:
+            seen.append((splits, rows, final))
+
+    summary = splitsource.copy(
+        "generator", {"rows": "8000", "split_rows": "2000", "batch_rows": "200", "fetch_delay_ms": "200",
+                      "columns": "id:bigint"},
+        str(tmp_path / "out"), spark=spark, progress=Recorder(),  # type: ignore[arg-type]
+    )
+    assert (summary.total_rows, summary.batches) == (8000, 1)
+    live = [rows for _, rows, final in seen if not final and 0 < rows < 8000]
+    assert live, f"no progress while the batch ran: {seen}"
+    assert [r for _, r, _ in seen] == sorted(r for _, r, _ in seen)
+    assert spark.range(3).count() == 3, "the copy stopped the user's session"
+    assert not (tmp_path / "out.checkpoint" / "spark" / "progress").exists()
