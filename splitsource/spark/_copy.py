@@ -40,6 +40,7 @@ from splitsource._planning import concurrent_readers, pack_for
 from splitsource.copyjob._coordinator import Batch, OffsetLookup, group_encoded, parse_offset, run_batches
 from splitsource.copyjob._job import failure, root_cause
 from splitsource.copyjob._protocol import CopyRun, EngineResult
+from splitsource.copyjob._signals import deferred
 
 __all__ = ["SPARK_DIR", "SparkTasks", "TaskProgress", "run_copy", "start_session"]
 
@@ -140,10 +141,12 @@ class SparkTasks:
             self._session.set_exception(exc)
 
     def run(self, batch: Batch, progress: Callable[[int, int], None]) -> list[dict[str, Any]]:
-        sc = self._session.result().sparkContext
+        with deferred():  # SIGTERM must not break a py4j call (the session's start, a question to the JVM)
+            sc = self._session.result().sparkContext
+            slots = sc.defaultParallelism
         groups = pack_for(batch.framework, batch.splits)
         # the read rate limit is shared by the tasks that run at once: at most one per core of the cluster
-        task = {**batch.task, "readers": concurrent_readers(batch.framework, len(groups), sc.defaultParallelism)}
+        task = {**batch.task, "readers": concurrent_readers(batch.framework, len(groups), slots)}
         group_id = f"splitsource-copy-{uuid.uuid4().hex[:12]}"
         job: Future[list[dict[str, Any]]] = Future()
 
@@ -155,6 +158,8 @@ class SparkTasks:
             except BaseException as exc:  # noqa: BLE001 - handed to the coordinator's thread by the future
                 job.set_exception(exc)
 
+        # the job runs in a thread of its own: this one waits with a timeout, where Ctrl-C and SIGTERM land
+        # outside any py4j call, and adds up the tasks' progress meanwhile
         threading.Thread(target=collect, name=f"splitsource-batch-{batch.batch_id}", daemon=True).start()
         try:
             while True:
@@ -182,7 +187,8 @@ class SparkTasks:
             spark = self._session.result()
         except BaseException:  # noqa: BLE001 - it never started: nothing to stop
             return
-        spark.stop()
+        with deferred():
+            spark.stop()
 
 
 def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> EngineResult:
