@@ -106,7 +106,7 @@ def read_task(task: dict[str, Any], progress_dir: str, batch_id: int
         asked = [0]
 
         def ask(request: dict[str, Any]) -> dict[str, Any]:
-            report(asked[0] - 1 if asked[0] else 0, int(request["rows"]))  # asking: the split before is finished
+            report(asked[0], int(request["rows"]))  # asking again: every split handed out before is finished
             asked[0] += 1
             return {"split": remaining.pop() if remaining else None}
 

@@ -90,3 +90,31 @@ def test_progress_moves_while_a_batch_runs_and_the_users_session_stays(tmp_path:
     assert [r for _, r, _ in seen] == sorted(r for _, r, _ in seen)
     assert spark.range(3).count() == 3, "the copy stopped the user's session"
     assert not (tmp_path / "out.checkpoint" / "spark" / "progress").exists()
+
+
+def test_a_read_task_reports_each_split_finished_as_it_asks_for_the_next(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The task function itself, in this process: 3 splits of 1,000 rows, one report per request for a split."""
+    from serializers import write_envelope
+    from splitsource._planning import TaskEnvironment, all_splits, build_source
+    from splitsource.spark import _copy
+
+    calls: list[tuple[int, int, bool]] = []
+
+    class Recorder:
+        def __init__(self, directory: str, batch: int, task: int) -> None:
+            assert (batch, task) == (7, 1)
+
+        def __call__(self, splits: int, rows: int, final: bool = False) -> None:
+            calls.append((splits, rows, final))
+
+    monkeypatch.setattr(_copy, "TaskProgress", Recorder)
+    options = {"connector": "generator", "rows": "3000", "split_rows": "1000", "columns": "id:bigint"}
+    _, source = build_source(options)
+    encoded = [write_envelope(source.split_serializer(), s) for s in all_splits(source, 1)]
+    task = {"options": options, "sink": {"path": str(tmp_path / "out"), "format": "parquet"},
+            "environment": TaskEnvironment.current()}
+    (result,) = list(_copy.read_task(task, str(tmp_path), 7)(1, [encoded]))
+    assert (result["rows"], result["splits"], len(result["files"])) == (3000, 3, 1)
+    assert [c[0] for c in calls] == [0, 1, 2, 3, 3], calls  # 4 requests (the last one gets None), then the end
+    assert [c[1] for c in calls] == [0, 1000, 2000, 3000, 3000] and calls[-1][2], calls
