@@ -19,7 +19,7 @@ and committed splits are never read again. The enumerator runs in the coordinato
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -192,7 +192,3 @@ def _prune_offsets(fs: Any, root: str, keep_from: int) -> None:
         if info.base_name.isdigit() and int(info.base_name) < keep_from:
             fs.delete_file(info.path)
 
-
-def group_encoded(groups: Sequence[Sequence[Split]], encoded: Mapping[str, bytes]) -> list[list[bytes]]:
-    """The versioned bytes of each group of splits."""
-    return [[encoded[s.split_id] for s in group] for group in groups]

@@ -37,7 +37,7 @@ from splitsource._errors import CheckpointError, OptionsError
 from splitsource._fs import read_text, resolve_filesystem, write_atomically
 from splitsource._offsets import START_OVER
 from splitsource._planning import concurrent_readers, pack_for
-from splitsource.copyjob._coordinator import Batch, OffsetLookup, group_encoded, parse_offset, run_batches
+from splitsource.copyjob._coordinator import Batch, OffsetLookup, parse_offset, run_batches
 from splitsource.copyjob._job import failure, root_cause
 from splitsource.copyjob._protocol import CopyRun, EngineResult
 from splitsource.copyjob._signals import deferred
@@ -153,7 +153,7 @@ class SparkTasks:
         def collect() -> None:
             try:
                 sc.setJobGroup(group_id, f"splitsource copy: batch {batch.batch_id}", interruptOnCancel=True)
-                rdd = sc.parallelize(group_encoded(groups, batch.encoded), len(groups))
+                rdd = sc.parallelize([[batch.encoded[s.split_id] for s in g] for g in groups], len(groups))
                 job.set_result(rdd.mapPartitionsWithIndex(read_task(task, self._progress, batch.batch_id)).collect())
             except BaseException as exc:  # noqa: BLE001 - handed to the coordinator's thread by the future
                 job.set_exception(exc)
