@@ -149,11 +149,14 @@ class SparkTasks:
         task = {**batch.task, "readers": concurrent_readers(batch.framework, len(groups), slots)}
         group_id = f"splitsource-copy-{uuid.uuid4().hex[:12]}"
         job: Future[list[dict[str, Any]]] = Future()
+        cancelled = threading.Event()
 
         def collect() -> None:
             try:
                 sc.setJobGroup(group_id, f"splitsource copy: batch {batch.batch_id}", interruptOnCancel=True)
                 rdd = sc.parallelize([[batch.encoded[s.split_id] for s in g] for g in groups], len(groups))
+                if cancelled.is_set():
+                    raise KeyboardInterrupt("the batch was stopped before its job started")
                 job.set_result(rdd.mapPartitionsWithIndex(read_task(task, self._progress, batch.batch_id)).collect())
             except BaseException as exc:  # noqa: BLE001 - handed to the coordinator's thread by the future
                 job.set_exception(exc)
@@ -168,11 +171,16 @@ class SparkTasks:
                 except TimeoutError:
                     progress(*reported(self._progress, batch.batch_id))
         except (KeyboardInterrupt, SystemExit):  # Ctrl-C or SIGTERM: the batch's tasks stop before the copy does
-            sc.cancelJobGroup(group_id)
-            try:
-                job.exception(timeout=_CANCEL_WAIT_S)
-            except TimeoutError:
-                pass
+            cancelled.set()
+            deadline = time.monotonic() + _CANCEL_WAIT_S
+            while not job.done() and time.monotonic() < deadline:
+                # again until the job ends: a stop that lands before the job is submitted cancels nothing once
+                with deferred():
+                    sc.cancelJobGroup(group_id)
+                try:
+                    job.exception(timeout=_POLL_S)
+                except TimeoutError:
+                    pass
             raise
         except Exception as exc:  # a task failed: its message, without the JVM stack (kept in the error log)
             raise failure(root_cause(exc), str(exc), self._checkpoint) from None

@@ -3,8 +3,12 @@ progress, a failing task, and a checkpoint begun by an earlier release's streami
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +122,51 @@ def test_a_read_task_reports_each_split_finished_as_it_asks_for_the_next(tmp_pat
     assert (result["rows"], result["splits"], len(result["files"])) == (3000, 3, 1)
     assert [c[0] for c in calls] == [0, 1, 2, 3, 3], calls  # 4 requests (the last one gets None), then the end
     assert [c[1] for c in calls] == [0, 1000, 2000, 3000, 3000] and calls[-1][2], calls
+
+
+def test_a_stop_before_the_batch_job_reaches_spark_still_cancels_it(tmp_path: Path, spark: Any) -> None:
+    """Ctrl-C lands after the batch's job thread began but before its job reached Spark: a single cancel would
+    find no job, and the copy would wait for the whole batch (two tasks of 20 s). The fault is injected there: the
+    job's submission is held until the coordinator has cancelled once."""
+    import splitsource
+
+    real = spark.sparkContext
+    order: list[str] = []
+    first_cancel = threading.Event()
+
+    class Rdd:
+        def __init__(self, rdd: Any) -> None:
+            self._rdd = rdd
+
+        def mapPartitionsWithIndex(self, f: Any) -> Any:  # noqa: N802 - Spark's name
+            os.kill(os.getpid(), signal.SIGINT)  # the stop: KeyboardInterrupt in the coordinator's thread
+            assert first_cancel.wait(30), "the coordinator did not cancel"
+            order.append("job submitted")
+            return self._rdd.mapPartitionsWithIndex(f)
+
+    class Context:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def parallelize(self, *args: Any, **kwargs: Any) -> Rdd:
+            return Rdd(real.parallelize(*args, **kwargs))
+
+        def cancelJobGroup(self, group: str) -> None:  # noqa: N802 - Spark's name
+            order.append("cancel")
+            real.cancelJobGroup(group)
+            first_cancel.set()
+
+    class Session:
+        sparkContext = Context()
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        splitsource.copy("generator", {"rows": "8000", "split_rows": "2000", "batch_rows": "100",
+                                       "fetch_delay_ms": "500", "columns": "id:bigint"},
+                         str(tmp_path / "out"), spark=Session())
+    stopped_in = time.monotonic() - started
+    assert order[:2] == ["cancel", "job submitted"], order  # the fault happened: the job came after the cancel
+    assert stopped_in < 15, f"the copy waited {stopped_in:.0f} s for a batch it had stopped"
+    assert real.statusTracker().getActiveJobsIds() == [], "the batch's job still runs"
+    assert committed_rows(tmp_path / "out") == 0
+    assert spark.range(3).count() == 3
