@@ -6,7 +6,8 @@ Each method runs as a child process (wall time includes its start-up), ``--repea
 - ``bare spark``: start a session as ``splitsource copy`` does (``local[2]``, same settings) and run one job
   (``spark.range(1).count()``), then stop: what any Spark job pays before its data;
 - ``copy --engine local``: ``splitsource copy`` of the generator (``--rows`` rows) to Parquet, no JVM;
-- ``copy`` (Spark engine): the same copy, one batch;
+- ``copy`` (Spark engine): the same copy, one batch; and again without the driver JVM's class archive
+  (``SPLITSOURCE_JVM_ARCHIVE=off``; the bare session and the other copies use it, as ``splitsource copy`` does);
 - ``re-run``: the Spark engine's copy run again once finished (nothing to do).
 
 Target (issue 17): Spark engine <= bare spark + local engine + 5 s; a re-run under 5 s.
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._measure import Measured, run  # noqa: E402
+from splitsource.spark._jvm import ensure_archive  # noqa: E402
 
 BARE = """
 import time
@@ -38,24 +40,29 @@ spark.stop()
 """
 
 
+NO_ARCHIVE = "copy (Spark engine, no JVM class archive)"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    ensure_archive()  # what scripts/setup.sh or a first copy leaves: no round pays for recording it
     cli = [sys.executable, "-m", "splitsource.cli", "copy", "--connector", "generator", "-o", f"rows={args.rows}",
            "--quiet"]
     runs: dict[str, list[Measured]] = {"bare spark": [], "copy --engine local": [], "copy (Spark engine)": [],
-                                       "re-run of the finished copy (Spark engine)": []}
+                                       NO_ARCHIVE: [], "re-run of the finished copy (Spark engine)": []}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(1, args.repeat + 1):
             out = Path(tmp, "out")
             steps = [("bare spark", [sys.executable, "-c", BARE]),
                      ("copy --engine local", [*cli, "--engine", "local", "--output", str(out)]),
                      ("copy (Spark engine)", [*cli, "--output", str(out) + "-spark"]),
+                     (NO_ARCHIVE, [*cli, "--output", str(out) + "-plain"]),
                      ("re-run of the finished copy (Spark engine)", [*cli, "--output", str(out) + "-spark"])]
             for name, command in steps:
-                measured = run(command)
+                measured = run(command, env={"SPLITSOURCE_JVM_ARCHIVE": "off"} if name == NO_ARCHIVE else None)
                 if measured.returncode != 0:
                     raise SystemExit(f"{name}: exit {measured.returncode}\n{measured.output[-2000:]}")
                 runs[name].append(measured)

@@ -8,7 +8,8 @@ JVMs included; Cassandra itself is not counted):
 - ``scc -> parquet``: the Spark Cassandra Connector 3.5.1 on PySpark 3.5, ``local[2]``, read + ``write.parquet``;
 - ``driver per core``: a plain cassandra-driver scan of all token ranges, one process per core (no output);
 - ``splitsource copy -> parquet`` and ``-> csv``: the ``splitsource copy`` command, from scratch, with its default
-  Spark engine (``local[2]``) and with ``--engine local`` (one worker process per core, no JVM);
+  Spark engine (``local[2]``), the same without the driver JVM's class archive (``SPLITSOURCE_JVM_ARCHIVE=off``),
+  and with ``--engine local`` (one worker process per core, no JVM);
 - ``splitsource read + count``: ``spark.read.format("splitsource")`` + ``count()`` in ``local[2]``.
 
 Every method's row count is checked (files are read back) before its time counts. Runs go round-robin,
@@ -37,10 +38,12 @@ sys.path.insert(0, str(ROOT))
 from bench import tools  # noqa: E402
 from bench._measure import Measured, run  # noqa: E402
 from bench.cassandra_table import HOSTS, KEYSPACE, TABLE, ensure_cassandra, ensure_loaded  # noqa: E402
+from splitsource.spark._jvm import ensure_archive  # noqa: E402
 
 CORES = os.cpu_count() or 1
 BASELINE = "splitsource copy --engine local -> parquet"
 CEILING = f"driver per core ({CORES} processes)"
+NO_ARCHIVE = "splitsource copy -> parquet (Spark, no JVM archive)"
 SPLITSOURCE = [sys.executable, "-m", "splitsource.cli"]
 SOURCE = ["--connector", "cassandra", "-o", f"hosts={HOSTS}", "-o", f"keyspace={KEYSPACE}", "-o", f"table={TABLE}"]
 
@@ -91,11 +94,11 @@ def driver_per_core(out: Path) -> tuple[Measured, int]:
     return measured, _reported_rows(measured)
 
 
-def copy_to(fmt: str, engine: str) -> Callable[[Path], tuple[Measured, int]]:
+def copy_to(fmt: str, engine: str, env: dict[str, str] | None = None) -> Callable[[Path], tuple[Measured, int]]:
     def method(out: Path) -> tuple[Measured, int]:
         target = _fresh(out / f"splitsource-{engine}-{fmt}")
         measured = run(SPLITSOURCE + ["copy", *SOURCE, "--output", str(target), "--format", fmt, "--engine", engine,
-                                      "--quiet"])
+                                      "--quiet"], env=env)
         if measured.returncode != 0:
             return measured, -1
         return measured, _parquet_rows(target) if fmt == "parquet" else _csv_rows(target, header=True)
@@ -121,6 +124,7 @@ METHODS: dict[str, Callable[[Path], tuple[Measured, int]]] = {
     BASELINE: copy_to("parquet", "local"),
     "splitsource copy --engine local -> csv": copy_to("csv", "local"),
     "splitsource copy -> parquet (Spark engine)": copy_to("parquet", "spark"),
+    NO_ARCHIVE: copy_to("parquet", "spark", {"SPLITSOURCE_JVM_ARCHIVE": "off"}),
     "splitsource copy -> csv (Spark engine)": copy_to("csv", "spark"),
     "splitsource read + count": read_count,
 }
@@ -161,6 +165,7 @@ def main() -> int:
     ensure_loaded(args.rows, ensure_cassandra())
     tools.dsbulk()
     tools.spark35()
+    ensure_archive()  # what scripts/setup.sh or a first copy leaves: no round pays for recording it
     args.out.mkdir(parents=True, exist_ok=True)
     names = [n for n in METHODS if not args.only or any(n.startswith(o) for o in args.only)]
     runs: dict[str, list[Measured]] = {n: [] for n in names}
