@@ -170,3 +170,47 @@ def test_a_stop_before_the_batch_job_reaches_spark_still_cancels_it(tmp_path: Pa
     assert real.statusTracker().getActiveJobsIds() == [], "the batch's job still runs"
     assert committed_rows(tmp_path / "out") == 0
     assert spark.range(3).count() == 3
+
+
+STOP_SCRIPT = """
+import json, time
+from pyspark import SparkContext
+from splitsource.spark._copy import start_session, stop_session
+
+def python_job(spark):  # a Python task: the JVM reports its accumulators to PySpark's server from now on
+    assert spark.sparkContext.parallelize([1, 2], 1).map(lambda x: x).sum() == 3
+
+spark = start_session("local[1]")
+python_job(spark)
+server = spark.sparkContext._accumulatorServer
+started = time.monotonic()
+stop_session(spark)
+ours = time.monotonic() - started
+stopped = SparkContext._active_spark_context is None and spark.sparkContext._jsc is None
+deadline = time.monotonic() + 10
+while server.socket.fileno() != -1 and time.monotonic() < deadline:  # the server closes at its next poll
+    time.sleep(0.05)
+closed = server.socket.fileno() == -1
+again = start_session("local[1]")  # a new session in the same process starts clean and runs
+python_job(again)
+started = time.monotonic()
+again.stop()
+plain = time.monotonic() - started
+print(json.dumps({"ours": ours, "plain": plain, "stopped": stopped, "closed": closed}))
+"""
+
+
+def test_the_copys_session_stops_without_waiting_for_the_accumulator_servers_poll() -> None:
+    """PySpark's stop() waits for its accumulator server's once-a-second poll after any Python task (the control:
+    a plain stop in the same process); stop_session stops the JVM's context and the session at once and lets the
+    server end at that poll, and a new session after it works."""
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", STOP_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["stopped"] and figures["closed"], figures
+    assert figures["plain"] > figures["ours"] + 0.3, f"a plain stop did not wait for the poll: {figures}"
+    assert figures["ours"] < 0.5, f"the copy's stop waited for the accumulator server: {figures}"
