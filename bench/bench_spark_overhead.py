@@ -4,7 +4,7 @@
 Each method runs as a child process (wall time includes its start-up), ``--repeat`` rounds, medians reported:
 
 - ``bare spark``: start a session as ``splitsource copy`` does (``local[2]``, same settings) and run one job
-  (``spark.range(1).count()``), then stop: what any Spark job pays before its data;
+  (``spark.range(1).count()``), then stop it as the copy does: what any Spark job pays before its data;
 - ``copy --engine local``: ``splitsource copy`` of the generator (``--rows`` rows) to Parquet, no JVM;
 - ``copy`` (Spark engine): the same copy, one batch; and again without the driver JVM's class archive
   (``SPLITSOURCE_JVM_ARCHIVE=off``; the bare session and the other copies use it, as ``splitsource copy`` does);
@@ -32,11 +32,10 @@ from bench._measure import Measured, run  # noqa: E402
 from splitsource.spark._jvm import ensure_archive  # noqa: E402
 
 BARE = """
-import time
-from splitsource.spark._copy import start_session
+from splitsource.spark._copy import start_session, stop_session
 spark = start_session("local[2]")
 spark.range(1).count()
-spark.stop()
+stop_session(spark)
 """
 
 
