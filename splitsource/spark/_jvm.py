@@ -11,7 +11,9 @@ Recording: a child process (a process group of its own, at low priority) runs a 
 generator rows whose JVM writes the archive at its exit (``-XX:ArchiveClassesAtExit``); the archive is moved into
 place only once that JVM has exited, so a half-written archive is never used. The first Spark-engine copy on a
 machine records it beside its own work (and waits for it, at most :data:`RECORD_TIMEOUT_S`, before it returns);
-``scripts/setup.sh`` records it ahead (``python -m splitsource.spark._jvm``). ``SPLITSOURCE_JVM_ARCHIVE=off``
+``scripts/setup.sh`` records it ahead (``python -m splitsource.spark._jvm``). A recording that fails leaves
+``<archive>.failed`` (what its child printed) and copies do not try again; that command does.
+``SPLITSOURCE_JVM_ARCHIVE=off``
 neither records nor uses one. Only the copy's own session uses the archive, and only when the user did not set
 ``PYSPARK_SUBMIT_ARGS`` (then the JVM's command line is theirs).
 """
@@ -34,7 +36,7 @@ from pathlib import Path
 from splitsource._version import __version__
 
 __all__ = ["RECORD_TIMEOUT_S", "SWITCH_ENV", "Recorder", "archive_path", "driver_options", "ensure_archive",
-           "recorder"]
+           "failed_marker", "recorder"]
 
 SWITCH_ENV = "SPLITSOURCE_JVM_ARCHIVE"  # "off": neither record nor use the archive
 RECORD_ENV = "SPLITSOURCE_JVM_RECORD"  # set for the recording child: where its JVM writes the archive at exit
@@ -70,15 +72,21 @@ def archive_path() -> Path | None:
     return cache / "jvm" / f"spark-driver-{_digest(java)}.jsa"
 
 
-def recorder() -> Recorder | None:
+def recorder(retry_failed: bool = False) -> Recorder | None:
     """A recorder for this machine's archive, or None when there is one already (or it is switched off, or this
-    process is itself recording)."""
+    process is itself recording, or a recording failed here before: a copy does not try again on every run, and
+    ``python -m splitsource.spark._jvm`` does, with ``retry_failed``)."""
     if os.environ.get(RECORD_ENV):
         return None
     path = archive_path()
-    if path is None or path.is_file():
+    if path is None or path.is_file() or (not retry_failed and failed_marker(path).is_file()):
         return None
     return Recorder(path)
+
+
+def failed_marker(path: Path) -> Path:
+    """Left beside where the archive would be by a recording that failed, with what its child printed."""
+    return path.with_name(path.name + ".failed")
 
 
 class Recorder:
@@ -145,6 +153,7 @@ class Recorder:
         try:
             if not self._drained.wait(timeout):
                 self.stop()
+                self._failed(f"no archive after {timeout:.0f} s")
                 return False
         except BaseException:  # Ctrl-C or SIGTERM while waiting: the recording goes with the copy
             self.stop()
@@ -156,7 +165,17 @@ class Recorder:
                 os.replace(recorded, self.path)
         finally:
             shutil.rmtree(self._directory, ignore_errors=True)
-        return self.path.is_file()
+        if not self.path.is_file():
+            self._failed(f"exit {self._proc.returncode}, no archive:\n{self.output[-4000:]}")
+            return False
+        failed_marker(self.path).unlink(missing_ok=True)
+        return True
+
+    def _failed(self, why: str) -> None:
+        try:
+            failed_marker(self.path).write_text(why + "\n")
+        except OSError:
+            pass
 
     def stop(self) -> None:
         """Kill the recording's process group (the child, its JVM and that JVM's Python workers) and remove what it
@@ -229,7 +248,7 @@ def _record(directory: Path) -> int:
 
 def ensure_archive() -> Path | None:
     """Record this machine's archive now unless it is there (or switched off); where it is, or None."""
-    rec = recorder()
+    rec = recorder(retry_failed=True)
     if rec is not None:
         rec.start()
         if not rec.finish():

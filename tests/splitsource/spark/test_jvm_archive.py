@@ -131,3 +131,24 @@ def test_a_copy_stopped_while_it_records_takes_the_recording_with_it(tmp_path: P
     left = processes_mentioning(str(cache / "jvm"))
     assert not left, f"processes of the recording outlived the copy: {left}"
     assert list((cache / "jvm").iterdir()) == [], "a recording that was stopped left files or an archive"
+
+
+def test_a_recording_that_fails_is_not_tried_again_by_every_copy(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Spark installation without jars: the recording child cannot start Spark and exits without an archive."""
+    spark_home = tmp_path / "no-spark"
+    (spark_home / "jars").mkdir(parents=True)
+    monkeypatch.setenv("SPARK_HOME", str(spark_home))
+    monkeypatch.setenv("SPLITSOURCE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(_jvm.SWITCH_ENV, raising=False)
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    rec = _jvm.recorder()
+    assert rec is not None
+    rec.start()
+    assert not rec.finish(), "an archive from a Spark installation without jars"
+    marker = _jvm.failed_marker(rec.path)
+    assert marker.is_file() and "exit" in marker.read_text(), list(rec.path.parent.iterdir())
+    assert not rec.path.exists() and not list(rec.path.parent.glob("recording-*"))
+    assert _jvm.recorder() is None, "every copy would try (and fail) again"
+    assert _jvm.recorder(retry_failed=True) is not None, "the explicit command cannot try again"
+    assert _jvm.driver_options() == []
