@@ -41,7 +41,7 @@ __all__ = ["RECORD_TIMEOUT_S", "SWITCH_ENV", "Recorder", "archive_path", "driver
 SWITCH_ENV = "SPLITSOURCE_JVM_ARCHIVE"  # "off": neither record nor use the archive
 RECORD_ENV = "SPLITSOURCE_JVM_RECORD"  # set for the recording child: where its JVM writes the archive at exit
 CACHE_ENV = "SPLITSOURCE_CACHE"
-RECORD_TIMEOUT_S = 120.0  # a recording takes about 10 s on 2 cores; past this it is killed, and nothing is lost
+RECORD_TIMEOUT_S = 120.0  # a recording takes about 15 s on 2 cores; past this it is killed, and nothing is lost
 _STALE_S = 3600.0  # a recording directory this old belongs to a recorder whose copy was killed
 _RECORD_ROWS = 1000
 # the JVM prints class-sharing warnings (a class it cannot archive, an archive it cannot map) on stdout
@@ -111,11 +111,6 @@ class Recorder:
     def output(self) -> str:
         """What the child printed (its one-line error when the recording failed)."""
         return self._output.decode(errors="replace")
-
-    @property
-    def pid(self) -> int | None:
-        """The child's pid, which is also its process group's id (None before :meth:`start`)."""
-        return None if self._proc is None else self._proc.pid
 
     def start(self) -> None:
         with self._lock:
