@@ -82,8 +82,11 @@ def main() -> int:
     if copy.returncode != 0:
         return copy.returncode
     print("4/4 splitsource verify ...", flush=True)
-    return subprocess.run([sys.executable, "-m", "splitsource.cli", "verify", *source, "--output",
-                           str(args.out)]).returncode
+    verified = subprocess.run([sys.executable, "-m", "splitsource.cli", "verify", *source, "--output",
+                               str(args.out)]).returncode
+    print(f"the local Cassandra keeps running for the next run; stop it with: "
+          f".venv/bin/python scripts/cassandra.py --dir {DEFAULT_DIR} stop", flush=True)
+    return verified
 
 
 if __name__ == "__main__":
