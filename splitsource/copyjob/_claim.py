@@ -23,8 +23,8 @@ __all__ = ["Claim", "IDENTITY_FILE", "check_paths", "claim", "start_over", "undo
 IDENTITY_FILE = "splitsource-copy.json"
 ERROR_LOG = "splitsource-copy-error.log"
 START_OVER = "--overwrite"
-_CHECKPOINT_PROGRESS = ("offsets", "commits", "local", "spark")  # what the engines' checkpoints hold (offsets,
-# commits: the Spark engine of earlier releases, a streaming query)
+# what the engines' checkpoints hold; offsets and commits: the Spark engine of earlier releases (a streaming query)
+_CHECKPOINT_PROGRESS = ("offsets", "commits", "local", "spark")
 
 
 @dataclass(frozen=True)

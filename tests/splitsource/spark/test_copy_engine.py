@@ -3,10 +3,13 @@ progress, a failing task, and a checkpoint begun by an earlier release's streami
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -204,10 +207,6 @@ def test_the_copys_session_stops_without_waiting_for_the_accumulator_servers_pol
     """PySpark's stop() waits for its accumulator server's once-a-second poll after any Python task (the control:
     a plain stop in the same process); stop_session stops the JVM's context and the session at once and lets the
     server end at that poll, and a new session after it works."""
-    import json
-    import subprocess
-    import sys
-
     result = subprocess.run([sys.executable, "-c", STOP_SCRIPT], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])

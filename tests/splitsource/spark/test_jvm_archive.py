@@ -26,10 +26,10 @@ def ids(out: Path) -> list[int]:
     return sorted(ds.dataset(files, format="parquet").to_table(columns=["id"]).column("id").to_pylist())
 
 
-def copy(out: Path, env: dict[str, str], rows: int = 3000, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, "copy", "--connector", "generator", "-o", f"rows={rows}", "-o", "columns=id:bigint",
-                           "--output", str(out), "--quiet", *extra], capture_output=True, text=True, env=env,
-                          timeout=300)
+def copy(out: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A Spark-engine copy of 3,000 generator rows (ids 0-2999) in a child process with ``env``."""
+    return subprocess.run([*CLI, "copy", "--connector", "generator", "-o", "rows=3000", "-o", "columns=id:bigint",
+                           "--output", str(out), "--quiet"], capture_output=True, text=True, env=env, timeout=300)
 
 
 def environment(cache: Path, **extra: str) -> dict[str, str]:
