@@ -30,12 +30,10 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from serializers import SerializationError, read_envelope, write_envelope
 from splitsource._api import FixedEnumeratorContext, Source, Split, SplitEnumerator
 from splitsource._errors import CheckpointError
-from splitsource._fs import resolve_filesystem, write_atomically
+from splitsource._fs import redact, resolve_filesystem
 from splitsource._planning import BatchLimit
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 
@@ -93,9 +91,10 @@ class PlanStore:
             return
         fs, base = resolve_filesystem(self.location)
         path = f"{base}/{offset['plan']}{PLAN_SUFFIX}"
-        if fs.get_file_info(path).size != len(plan):
-            fs.create_dir(base, recursive=True)
-            write_atomically(fs, path, plan)
+        found = fs.info(path)
+        if found is None or found.size != len(plan):
+            fs.make_dirs(base)
+            fs.write(path, plan)
 
     def get(self, offset: Mapping[str, Any]) -> bytes:
         digest = str(offset["plan"])
@@ -112,11 +111,10 @@ class PlanStore:
             fs, base = resolve_filesystem(self.location)
             path = f"{base}/{digest}{PLAN_SUFFIX}"
             try:
-                with fs.open_input_stream(path) as f:
-                    plan = f.read()
+                plan = fs.read_bytes(path)
             except OSError:
-                raise CheckpointError(f"the read's plan {self.location}/{digest}{PLAN_SUFFIX} is missing; the "
-                                      f"checkpoint is incomplete; {START_OVER}") from None
+                raise CheckpointError(f"the read's plan {redact(self.location)}/{digest}{PLAN_SUFFIX} is missing; "
+                                      f"the checkpoint is incomplete; {START_OVER}") from None
         if _digest(plan) != digest:
             raise CheckpointError(f"the read's plan {digest} does not match its digest: it is corrupt; {START_OVER}")
         return plan
@@ -129,10 +127,9 @@ class PlanStore:
             return
         fs, base = resolve_filesystem(self.location)
         try:
-            infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
-            for info in infos:
-                if info.base_name.endswith(PLAN_SUFFIX) and info.base_name != f"{keep}{PLAN_SUFFIX}":
-                    fs.delete_file(info.path)
+            for info in fs.list(base):
+                if info.name.endswith(PLAN_SUFFIX) and info.name != f"{keep}{PLAN_SUFFIX}":
+                    fs.delete(info.path)
         except OSError:
             pass
 

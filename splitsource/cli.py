@@ -180,10 +180,10 @@ def _copy(args: argparse.Namespace) -> int:
 
 def _write_summary(path: str, outcome: dict[str, object]) -> None:
     """Write ``outcome`` to ``path`` atomically (a scheduler never reads half a file)."""
-    from splitsource.sink._formats import resolve_filesystem, write_atomically
+    from splitsource._fs import resolve_filesystem
 
-    fs, target = resolve_filesystem(os.path.abspath(path) if "://" not in path else path)
-    write_atomically(fs, target, (json.dumps(outcome, indent=2) + "\n").encode())
+    fs, target = resolve_filesystem(path)
+    fs.write(target, (json.dumps(outcome, indent=2) + "\n").encode())
 
 
 def _verify(args: argparse.Namespace) -> int:

@@ -7,21 +7,22 @@ checkpoint the output was written with, choose another output, or start over wit
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from splitsource._errors import CheckpointError, OptionsError, OutputOwnedError
-from splitsource.copyjob._ownership import LOCK_FILE, new_token, read_owner, write_owner
-from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
-from splitsource.sink._formats import resolve_filesystem, write_atomically
+from splitsource._fs import Store, redact, resolve_filesystem
+from splitsource.copyjob._ownership import new_token, read_owner, write_owner
+from splitsource.sink._committer import LOCK_FILE, META_DIR, BucketingGlobalCommitter
+from splitsource.sink._files import PartNames
 
 __all__ = ["Claim", "IDENTITY_FILE", "check_paths", "claim", "start_over", "undo_unstarted"]
 
 IDENTITY_FILE = "splitsource-copy.json"
 ERROR_LOG = "splitsource-copy-error.log"
+FINISHED_FILE = "finished.json"  # the copy read its whole source (splitsource.copyjob._job)
 START_OVER = "--overwrite"
 # what the engines' checkpoints hold; offsets and commits: the Spark engine of earlier releases (a streaming query)
 _CHECKPOINT_PROGRESS = ("offsets", "commits", "local", "spark")
@@ -39,10 +40,9 @@ def check_paths(output: str, checkpoint: str) -> None:
     """Refuse, before anything is written, an output or checkpoint that is a file or cannot be written."""
     for flag, path in (("--output", output), ("--checkpoint", checkpoint)):
         fs, base = resolve_filesystem(path)
-        info = fs.get_file_info(base)
-        if info.type == pafs.FileType.File:
-            raise OptionsError(f"{flag} {path} is a file; give a directory")
-        if isinstance(fs, pafs.LocalFileSystem):
+        if fs.is_file(base):
+            raise OptionsError(f"{flag} {redact(path)} is a file; give a directory")
+        if fs.local:
             import os
 
             existing = base
@@ -58,15 +58,14 @@ def _read_identity(checkpoint: str) -> tuple[dict[str, Any] | None, bool]:
     """(the checkpoint's identity or None, whether the checkpoint holds progress of a copy)."""
     fs, base = resolve_filesystem(checkpoint)
     path = f"{base}/{IDENTITY_FILE}"
-    progress = any(fs.get_file_info(f"{base}/{d}").type == pafs.FileType.Directory for d in _CHECKPOINT_PROGRESS)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+    progress = any(fs.is_dir(f"{base}/{d}") for d in _CHECKPOINT_PROGRESS)
+    if not fs.exists(path):
         if progress:
             raise CheckpointError(f"checkpoint {checkpoint} was not written by splitsource copy (no {IDENTITY_FILE});"
                                   " use another --checkpoint")
         return None, False
     try:
-        with fs.open_input_stream(path) as stream:
-            found = json.loads(bytes(stream.read()).decode("utf-8"))
+        found = json.loads(fs.read_text(path))
         if not isinstance(found, dict):
             raise ValueError("not an object")
     except (ValueError, UnicodeDecodeError):
@@ -77,8 +76,8 @@ def _read_identity(checkpoint: str) -> tuple[dict[str, Any] | None, bool]:
 
 def _write_identity(checkpoint: str, identity: Mapping[str, Any]) -> None:
     fs, base = resolve_filesystem(checkpoint)
-    fs.create_dir(base, recursive=True)
-    write_atomically(fs, f"{base}/{IDENTITY_FILE}", json.dumps(identity, indent=2, sort_keys=True).encode())
+    fs.make_dirs(base)
+    fs.write(f"{base}/{IDENTITY_FILE}", json.dumps(identity, indent=2, sort_keys=True).encode())
 
 
 def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: BucketingGlobalCommitter) -> Claim:
@@ -116,7 +115,7 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
             f"write to another --output, or start over with {START_OVER} (deletes what the output holds)", path=output)
     token = str(found.get("token") or new_token()) if found is not None else new_token()
     _write_identity(checkpoint, {**identity, "token": token})
-    write_owner(output, {"token": token, "checkpoint": checkpoint, "format": identity.get("format"),
+    write_owner(output, {"token": token, "checkpoint": redact(checkpoint), "format": identity.get("format"),
                          "identity": identity.get("identity"), "created": _now()})
     # a checkpoint of an earlier release (no token) resumes, now owning its output
     return Claim(token, found is not None, found is None, True)
@@ -129,44 +128,74 @@ def _now() -> str:
 
 
 def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter) -> None:
-    """``--overwrite``: delete every file of the output and the progress in the checkpoint (the locks stay)."""
-    found, progress = _read_identity_lenient(checkpoint)
+    """``--overwrite``: delete what copies write in the output (part files, bucket directories left empty,
+    ``_bucketing/``, ``_SUCCESS``) and the progress in the checkpoint (the locks stay). Refused, before anything is
+    deleted, when either holds a file no copy writes: ``--overwrite`` never deletes a user's own files."""
     fs, base = resolve_filesystem(checkpoint)
-    if fs.get_file_info(base).type == pafs.FileType.Directory:
-        entries = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
-        foreign = [e.base_name for e in entries if e.base_name not in (IDENTITY_FILE, LOCK_FILE, *_CHECKPOINT_PROGRESS,
-                                                                       "metadata", "sources", "state",
-                                                                       "splitsource-copy-error.log")]
-        if foreign and found is None:
-            raise OptionsError(f"--overwrite: checkpoint {checkpoint} holds files splitsource did not write "
-                               f"({', '.join(sorted(foreign)[:3])}); use another --checkpoint")
-        for entry in entries:
-            if entry.base_name == LOCK_FILE:
-                continue
-            if entry.type == pafs.FileType.Directory:
-                fs.delete_dir(entry.path)
-            else:
-                fs.delete_file(entry.path)
     out_fs, out_base = resolve_filesystem(output)
-    for path in committer.finished_files():
-        out_fs.delete_file(path)
-    committer.sweep()
-    for info in out_fs.get_file_info(pafs.FileSelector(out_base, allow_not_found=True)):
-        if info.base_name == META_DIR:
-            for inner in out_fs.get_file_info(pafs.FileSelector(info.path, allow_not_found=True)):
-                if inner.base_name != LOCK_FILE:
-                    (out_fs.delete_dir if inner.type == pafs.FileType.Directory else out_fs.delete_file)(inner.path)
-        elif info.type == pafs.FileType.Directory:
-            out_fs.delete_dir(info.path)  # bucket directories, emptied above
+    checkpoint_entries = fs.list(base) if fs.is_dir(base) else []
+    foreign = [e.name for e in checkpoint_entries if e.name not in _CHECKPOINT_NAMES and not _door_temporary(e.name)]
+    if foreign:
+        raise OptionsError(f"--overwrite: checkpoint {redact(checkpoint)} holds files splitsource copy did not write "
+                           f"({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); move them away "
+                           "or use another --checkpoint")
+    ours = _copy_names(out_fs, out_base, committer.names)
+    output_files = [e for e in out_fs.list(out_base, recursive=True) if not e.is_dir]
+    strangers = [e.path for e in output_files if not ours(e.path)]
+    if strangers:
+        shown = ", ".join(committer._relative(p) for p in sorted(strangers)[:3])
+        raise OptionsError(f"--overwrite: output {redact(output)} holds {len(strangers)} file(s) splitsource copy "
+                           f"does not write ({shown}{', ...' if len(strangers) > 3 else ''}); it deletes only a "
+                           "copy's own files: move them away or use another --output")
+    for entry in checkpoint_entries:
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.is_dir:
+            fs.delete_dir(entry.path)
         else:
-            out_fs.delete_file(info.path)  # _SUCCESS
+            fs.delete(entry.path)
+    lock = f"{out_base}/{META_DIR}/{LOCK_FILE}"
+    for entry in output_files:
+        if entry.path != lock:
+            out_fs.delete(entry.path)
+    for entry in sorted(out_fs.list(out_base, recursive=True), key=lambda e: -len(e.path)):
+        if entry.is_dir and entry.path != f"{out_base}/{META_DIR}":
+            out_fs.remove_empty_dirs(entry.path)  # bucket directories, emptied above
 
 
-def _read_identity_lenient(checkpoint: str) -> tuple[dict[str, Any] | None, bool]:
+# what a copy's checkpoint holds (either engine, any release): anything else in it is someone else's
+_CHECKPOINT_NAMES = frozenset({IDENTITY_FILE, LOCK_FILE, ERROR_LOG, FINISHED_FILE, "metadata", "sources", "state",
+                               "plans", "splits", *_CHECKPOINT_PROGRESS})
+
+
+def _door_temporary(name: str) -> bool:
+    """A temporary the storage door writes before its rename (``.<name>.tmp-<hex>``), left by a crash."""
+    return re.fullmatch(r"\..+\.tmp-[0-9a-f]+", name) is not None
+
+
+def _copy_names(fs: Store, base: str, names: PartNames) -> Callable[[str], bool]:
+    """Whether a file under the output ``base`` is one a copy (or the bucketing sink) writes, with the part names
+    of the sink now and of the copy that wrote the output (its ``_bucketing/copy.json``)."""
+    layouts = [names]
     try:
-        return _read_identity(checkpoint)
-    except CheckpointError:
-        return {}, True  # corrupt, or a splitsource checkpoint without its identity: ours to remove
+        found = json.loads(fs.read_text(f"{base}/{META_DIR}/copy.json"))
+        layouts.append(PartNames(str(found["part_prefix"]), str(found["part_suffix"])))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    finished = [re.compile(rf"{re.escape(n.prefix)}-[A-Za-z0-9_-]+-\d+{re.escape(n.suffix)}") for n in layouts]
+
+    def ours(path: str) -> bool:
+        relative = path[len(base) + 1:]
+        name = relative.rsplit("/", 1)[-1]
+        if relative.startswith(f"{META_DIR}/") or relative == "_SUCCESS" or _door_temporary(name):
+            return True
+        if any(n.parse_transient(name) is not None for n in layouts):
+            return True
+        if name.startswith("_") and name.endswith(".valid-length"):
+            return True
+        return any(p.fullmatch(name) for p in finished)
+
+    return ours
 
 
 def undo_unstarted(output: str, checkpoint: str, claimed: Claim, committer: BucketingGlobalCommitter) -> None:
@@ -176,14 +205,12 @@ def undo_unstarted(output: str, checkpoint: str, claimed: Claim, committer: Buck
         return
     if claimed.created_checkpoint:
         fs, base = resolve_filesystem(checkpoint)
-        for entry in fs.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
-            if entry.base_name in (LOCK_FILE, ERROR_LOG):  # the error message points at the log: it stays
+        for entry in fs.list(base):
+            if entry.name in (LOCK_FILE, ERROR_LOG):  # the error message points at the log: it stays
                 continue
-            (fs.delete_dir if entry.type == pafs.FileType.Directory else fs.delete_file)(entry.path)
+            (fs.delete_dir if entry.is_dir else fs.delete)(entry.path)
     if claimed.created_owner:
         fs, base = resolve_filesystem(output)
         committer.sweep()
         for name in ("owner.json", "copy.json"):
-            path = f"{base}/{META_DIR}/{name}"
-            if fs.get_file_info(path).type == pafs.FileType.File:
-                fs.delete_file(path)
+            fs.delete(f"{base}/{META_DIR}/{name}")

@@ -19,6 +19,7 @@ and committed splits are never read again. The enumerator runs in the coordinato
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 from serializers import read_envelope, write_envelope
 from splitsource._api import Split
 from splitsource._errors import CheckpointError, CopyError
+from splitsource._fs import Store, child_uri, resolve_filesystem
 from splitsource._offsets import (
     PLANS_DIR,
     START_OVER,
@@ -43,9 +45,10 @@ from splitsource.copyjob._ledger import split_counts, write_batch
 from splitsource.copyjob._protocol import EngineResult, ProgressFn, ReadStats
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PENDING_FILE_SERIALIZER
-from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
 
 __all__ = ["Batch", "TaskPool", "run_batches"]
+
+log = logging.getLogger("splitsource.copy")
 
 
 @dataclass(frozen=True)
@@ -77,12 +80,14 @@ OffsetLookup = Callable[[int], "dict[str, Any] | None"]
 
 def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], committer: BucketingGlobalCommitter,
                 checkpoint: str, pool: TaskPool, progress: ProgressFn | None, *, query_id: str, directory: str,
-                parallelism: int = 0, earlier_offset: OffsetLookup | None = None) -> EngineResult:
+                parallelism: int = 0, earlier_offset: OffsetLookup | None = None, writer_id: str = ""
+                ) -> EngineResult:
     """Copy every split not committed yet (see the module docstring) with ``pool``; returns what this run did.
 
     ``query_id`` names this copy's batches in the output's commit log; ``directory`` is the engine's directory in
     the checkpoint; ``parallelism``: the readers the enumerator plans for (at least the source options'); and
-    ``earlier_offset(batch)`` the offset of a batch an earlier release logged elsewhere (None: not there).
+    ``earlier_offset(batch)`` the offset of a batch an earlier release logged elsewhere (None: not there);
+    ``writer_id``: the copy's id in its part files' names (``verify`` tells the copy's files from others by it).
     The pool is closed before this returns."""
     try:
         framework, source = build_source(read_options)
@@ -90,15 +95,16 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
         serializer = source.split_serializer()
         fs, base = resolve_filesystem(checkpoint)
         root = f"{base}/{directory}"
-        fs.create_dir(f"{root}/offsets", recursive=True)
+        fs.make_dirs(f"{root}/offsets")
         committer.recover()
         last_committed = committer.last_stream_batch(query_id)
         last = -1 if last_committed is None else last_committed
         committer.sweep(keep=())  # no task runs now: whatever is transient is an orphan of an earlier run
         parallelism = max(framework.parallelism, parallelism)
         limit = batch_limit(framework)
-        plans = PlanStore(f"{checkpoint}/{PLANS_DIR}")  # the plan once, offsets hold a cursor
-        task = {"options": dict(read_options), "sink": dict(sink_raw), "environment": TaskEnvironment.current()}
+        plans = PlanStore(child_uri(checkpoint, PLANS_DIR))  # the plan once, offsets hold a cursor
+        task = {"options": dict(read_options), "sink": dict(sink_raw), "environment": TaskEnvironment.current(),
+                "writer": writer_id}
 
         def read_offset(batch_id: int) -> dict[str, Any] | None:
             found = _read_offset(fs, root, batch_id)
@@ -122,7 +128,7 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
 
         while True:
             batch_id = last + 1
-            end = read_offset(batch_id)  # logged before a batch that never committed: replay it
+            end = _replayable(fs, root, batch_id, read_offset)  # logged before a batch never committed: replay it
             if end is None:
                 if start is None:  # a fresh start: no offset refers to a plan yet
                     start = initial_offset(source, fingerprint, parallelism, plans)
@@ -145,7 +151,9 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
             counts = split_counts(encoded, split_rows)
             committer.commit_batch(files, query_id=query_id, batch_id=batch_id,
                                    before_commit=partial(write_batch, checkpoint, query_id, batch_id, counts))
-            _prune_offsets(fs, root, keep_from=batch_id)
+            # the offset before this batch stays: a commit rolled back (its files removed from outside) replays
+            # this batch from it
+            _prune_offsets(fs, root, keep_from=batch_id - 1)
             last, start = batch_id, end
             done_splits = int(end["taken"])
             rows += sum(int(r["rows"]) for r in results)
@@ -170,25 +178,39 @@ def _offset_path(root: str, batch: int) -> str:
     return f"{root}/offsets/{batch}"
 
 
-def _read_offset(fs: Any, root: str, batch: int) -> dict[str, Any] | None:
+def _read_offset(fs: Store, root: str, batch: int) -> dict[str, Any] | None:
     path = _offset_path(root, batch)
-    if fs.get_file_info(path).size is None:
-        return None
     try:
-        text = read_text(fs, path)
+        text = fs.read_text(path)
+    except (FileNotFoundError, IsADirectoryError):
+        return None
     except UnicodeDecodeError:
         raise CheckpointError(f"the checkpoint's offset {path} is corrupt; {START_OVER}") from None
     return parse_offset(text, path)
 
 
-def _write_offset(fs: Any, root: str, batch: int, offset: Mapping[str, Any]) -> None:
-    write_atomically(fs, _offset_path(root, batch), json.dumps(offset).encode())
+def _replayable(fs: Store, root: str, batch: int, read: OffsetLookup) -> dict[str, Any] | None:
+    """The offset of ``batch``, the batch after the last committed one, if it can be read. That batch was never
+    committed, so nothing of it is in the output: an offset of it that a crash left unreadable (empty, torn) is
+    deleted and the batch planned again from the offset before it, with the same splits."""
+    try:
+        return read(batch)
+    except CheckpointError:
+        path = _offset_path(root, batch)
+        if not fs.exists(path):
+            raise
+        log.warning("the offset of batch %d, which was never committed, is unreadable (a crash while it was "
+                    "written?): planning the batch again", batch)
+        fs.delete(path)
+        return None
 
 
-def _prune_offsets(fs: Any, root: str, keep_from: int) -> None:
-    import pyarrow.fs as pafs
+def _write_offset(fs: Store, root: str, batch: int, offset: Mapping[str, Any]) -> None:
+    fs.write(_offset_path(root, batch), json.dumps(offset).encode())
 
-    for info in fs.get_file_info(pafs.FileSelector(f"{root}/offsets", allow_not_found=True)):
-        if info.base_name.isdigit() and int(info.base_name) < keep_from:
-            fs.delete_file(info.path)
+
+def _prune_offsets(fs: Store, root: str, keep_from: int) -> None:
+    for info in fs.list(f"{root}/offsets"):
+        if info.name.isdigit() and int(info.name) < keep_from:
+            fs.delete(info.path)
 

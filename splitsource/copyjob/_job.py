@@ -23,13 +23,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-import pyarrow.fs as pafs
-
 from splitsource._errors import CopyError, OptionsError
-from splitsource._fs import read_text, resolve_filesystem, write_atomically
+from splitsource._fs import child_uri, is_uri, redact, resolve_filesystem, sibling_uri
 from splitsource._offsets import source_fingerprint
 from splitsource._planning import build_source
-from splitsource.copyjob._claim import check_paths, claim, start_over, undo_unstarted
+from splitsource.copyjob._claim import FINISHED_FILE, check_paths, claim, start_over, undo_unstarted
 from splitsource.copyjob._ownership import CopyLock
 from splitsource.copyjob._protocol import CopyRun, EngineResult
 from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
@@ -156,26 +154,35 @@ def _clip(text: str, limit: int = 1000) -> str:
 
 
 def default_checkpoint(output: str) -> str:
-    """``<output>.checkpoint`` beside the output: visible, and never inside what readers read."""
-    return output.rstrip("/") + ".checkpoint"
+    """``<output>.checkpoint`` beside the output: visible, and never inside what readers read (a URI's query
+    string stays at its end)."""
+    return sibling_uri(output, ".checkpoint")
 
 
 def _exists(path: str) -> bool:
     fs, base = resolve_filesystem(path)
-    return bool(fs.get_file_info(base).type != pafs.FileType.NotFound)
+    return fs.exists(base)
 
 
 def _remove_if_empty(paths: list[str]) -> None:
     """Directories this run made, if the failed run left them empty: removed bottom-up with ``rmdir``, which
     fails on anything another copy has put there meanwhile (local file systems only)."""
     for path in paths:
-        if "://" in path or not os.path.isdir(path):
-            continue
-        for root, _, _ in sorted(os.walk(path), key=lambda entry: -len(entry[0])):
-            try:
-                os.rmdir(root)
-            except OSError:
-                pass
+        fs, base = resolve_filesystem(path)
+        fs.remove_empty_dirs(base)
+
+
+def location(flag: str, path: str) -> str:
+    """``path`` as the copy keeps it: a URI as given, a local path made absolute; refused in one line if it is not
+    text a file system can hold."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OptionsError(f"{flag} {path.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8: give a path "
+                           "in UTF-8") from None
+    if not path.strip() or "\x00" in path:
+        raise OptionsError(f"{flag} {path!r} is not a path")
+    return path if is_uri(path) else os.path.abspath(path)
 
 
 # the engines, by module: each runs the batch protocol (splitsource.copyjob._protocol) with its own task runner. Looked
@@ -234,9 +241,8 @@ def copy(
     if engine == "spark" and spark is None and not _MASTER.fullmatch(master):
         raise OptionsError(f"--master {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
                            "k8s://HOST:PORT or yarn")
-    output = output if "://" in output else os.path.abspath(output)
-    checkpoint = checkpoint or default_checkpoint(output)
-    checkpoint = checkpoint if "://" in checkpoint else os.path.abspath(checkpoint)
+    output = location("--output", output)
+    checkpoint = location("--checkpoint", checkpoint or default_checkpoint(output))
     framework_raw = {"connector": connector}
     for key, value in (("max_splits_per_batch", max_splits_per_batch), ("max_rows_per_second", max_rows_per_second),
                        ("max_mb_per_second", max_mb_per_second)):
@@ -250,7 +256,7 @@ def copy(
     _, source = build_source(read_options)
     source.schema()  # connects now: a missing table or an unreachable host fails here, in one line
     identity = {"version": 1, "connector": connector, "identity": source.identity(),
-                "source": source_fingerprint(source), "output": output, "format": sink.format,
+                "source": source_fingerprint(source), "output": redact(output), "format": sink.format,
                 "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
     if engine != "spark":
         identity["engine"] = engine  # the engines' checkpoints differ: one engine's is refused by the other
@@ -258,7 +264,8 @@ def copy(
     committer = _committer(sink)
     failed, locked = True, False
     try:
-        with CopyLock([(f"output {output}", f"{output}/{META_DIR}"), (f"checkpoint {checkpoint}", checkpoint)],
+        with CopyLock([(f"output {redact(output)}", child_uri(output, META_DIR)),
+                       (f"checkpoint {redact(checkpoint)}", checkpoint)],
                       command=f"splitsource copy --engine {engine}"):
             locked = True
             if overwrite:
@@ -287,11 +294,12 @@ def copy(
     fs, _ = resolve_filesystem(output)
     total_rows = committed_rows(committer)
     files = committer.finished_files()
-    size = sum(fs.get_file_info(p).size or 0 for p in files)
+    size = sum((e.size or 0) for e in (fs.info(p) for p in files) if e is not None)
     rows = total_rows - rows_before
     seconds = time.monotonic() - started
     summary = CopySummary(rows, total_rows, len(files), size, splits, batches, seconds,
-                          rows / seconds if seconds > 0 else 0.0, resumed, output, checkpoint, stats.retries,
+                          rows / seconds if seconds > 0 else 0.0, resumed, redact(output), redact(checkpoint),
+                          stats.retries,
                           round(stats.throttled_s, 3), dict(sorted(stats.split_rows.items())), stats.events,
                           stats.event_details)
     if progress is not None:
@@ -300,7 +308,6 @@ def copy(
     return summary
 
 
-FINISHED_FILE = "finished.json"  # in the checkpoint: the copy read its whole source, as of one commit record
 
 
 def _latest_stream_seq(committer: BucketingGlobalCommitter) -> int:
@@ -311,7 +318,7 @@ def mark_finished(checkpoint: str, token: str, committer: BucketingGlobalCommitt
     """Record that the engine ran the source to its end, with the output's newest commit record at that moment."""
     fs, base = resolve_filesystem(checkpoint)
     marker = {"token": token, "seq": _latest_stream_seq(committer), "taken": result.taken, "total": result.total}
-    write_atomically(fs, f"{base}/{FINISHED_FILE}", json.dumps(marker).encode())
+    fs.write(f"{base}/{FINISHED_FILE}", json.dumps(marker).encode())
 
 
 def finished_before(checkpoint: str, token: str, committer: BucketingGlobalCommitter) -> EngineResult | None:
@@ -319,7 +326,7 @@ def finished_before(checkpoint: str, token: str, committer: BucketingGlobalCommi
     commit record is still the one it finished with; None: run the engine (it resumes, or finds nothing left)."""
     fs, base = resolve_filesystem(checkpoint)
     try:
-        marker = json.loads(read_text(fs, f"{base}/{FINISHED_FILE}"))
+        marker = json.loads(fs.read_text(f"{base}/{FINISHED_FILE}"))
         if marker["token"] != token or int(marker["seq"]) != _latest_stream_seq(committer):
             return None
         return EngineResult(int(marker["taken"]), int(marker["total"]), 0)
@@ -331,10 +338,10 @@ def failure(cause: str, full: str, checkpoint: str) -> CopyError:
     """The one-line error; the full text (worker, JVM and Python stacks) goes to a log file in the checkpoint."""
     try:
         fs, base = resolve_filesystem(checkpoint)
-        write_atomically(fs, f"{base}/splitsource-copy-error.log", full.encode("utf-8", "replace"))
+        fs.write(f"{base}/splitsource-copy-error.log", full.encode("utf-8", "replace"), durable=False)
     except OSError:
         return CopyError(cause, detail=full)
-    path = f"{checkpoint}/splitsource-copy-error.log"
+    path = redact(child_uri(checkpoint, "splitsource-copy-error.log"))
     return CopyError(f"{cause} (details: {path})", detail=full, log_path=path)
 
 
@@ -352,9 +359,9 @@ def committed_rows(committer: BucketingGlobalCommitter) -> int:
 def _describe_output(sink: BucketingSinkOptions) -> None:
     """Write <output>/_bucketing/copy.json: how the files are laid out, for ``splitsource verify``."""
     fs, base = resolve_filesystem(sink.path)
-    fs.create_dir(f"{base}/_bucketing", recursive=True)
+    fs.make_dirs(f"{base}/_bucketing")
     description = {"format": sink.format, "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns,
                    "csv_header": sink.csv_header, "part_prefix": sink.part_prefix,
                    "part_suffix": sink.names.suffix}
-    write_atomically(fs, f"{base}/_bucketing/{SINK_DESCRIPTION}", json.dumps(description, indent=2).encode())
+    fs.write(f"{base}/_bucketing/{SINK_DESCRIPTION}", json.dumps(description, indent=2).encode())
 

@@ -18,10 +18,8 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import pyarrow.fs as pafs
-
 from splitsource._errors import CheckpointError
-from splitsource.sink._formats import read_text, resolve_filesystem, write_atomically
+from splitsource._fs import resolve_filesystem
 
 __all__ = ["LEDGER_DIR", "SplitCount", "decode_counts", "encode_counts", "read_ledger", "split_counts",
            "write_batch"]
@@ -68,9 +66,9 @@ def _path(base: str, batch_id: int) -> str:
 def write_batch(checkpoint: str, query_id: str, batch_id: int, counts: Sequence[SplitCount]) -> None:
     """Write the ledger file of batch ``batch_id`` (atomically: a reader never sees half of it)."""
     fs, base = resolve_filesystem(checkpoint)
-    fs.create_dir(f"{base}/{LEDGER_DIR}", recursive=True)
+    fs.make_dirs(f"{base}/{LEDGER_DIR}")
     body = {"version": _VERSION, "query": query_id, "batch": batch_id, "splits": _plain(counts)}
-    write_atomically(fs, _path(base, batch_id), json.dumps(body).encode())
+    fs.write(_path(base, batch_id), json.dumps(body).encode())
 
 
 def read_ledger(checkpoint: str, last_committed: Callable[[str], int | None]) -> dict[str, SplitCount] | None:
@@ -79,17 +77,17 @@ def read_ledger(checkpoint: str, last_committed: Callable[[str], int | None]) ->
     before there was one)."""
     fs, base = resolve_filesystem(checkpoint)
     try:
-        infos = fs.get_file_info(pafs.FileSelector(f"{base}/{LEDGER_DIR}", allow_not_found=True))
+        infos = fs.list(f"{base}/{LEDGER_DIR}")
     except OSError:
         return None
     if not infos:
         return None
     found: dict[str, SplitCount] = {}
-    for info in sorted(infos, key=lambda i: i.base_name):
-        if not info.base_name.endswith(".json"):
+    for info in sorted(infos, key=lambda i: i.name):
+        if not info.name.endswith(".json") or info.name.startswith("."):
             continue  # a write in progress
         try:
-            body = json.loads(read_text(fs, info.path))
+            body = json.loads(fs.read_text(info.path))
             version, query, batch = int(body["version"]), str(body["query"]), int(body["batch"])
             counts = _from_plain(body["splits"])
         except (ValueError, KeyError, TypeError) as exc:

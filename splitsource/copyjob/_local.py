@@ -18,11 +18,11 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import IO, Any
 
 from splitsource._errors import LocalCopyFailed
+from splitsource._fs import is_uri, resolve_filesystem
 from splitsource._planning import concurrent_readers
 from splitsource.copyjob._coordinator import Batch, run_batches
 from splitsource.copyjob._job import failure
-from splitsource.copyjob._protocol import CopyRun, EngineResult
-from splitsource.sink._formats import resolve_filesystem
+from splitsource.copyjob._protocol import CopyRun, EngineResult, copy_writer_id
 
 __all__ = ["LOCAL_DIR", "run_copy"]
 
@@ -132,12 +132,13 @@ def run_copy(run: CopyRun, *, workers: int = 0) -> EngineResult:
     """The copy job's entry to this engine (see :class:`~splitsource.copyjob._protocol.CopyRun`)."""
     workers = workers or os.cpu_count() or 1
     fs, base = resolve_filesystem(run.checkpoint)
-    fs.create_dir(f"{base}/{LOCAL_DIR}", recursive=True)
-    log = f"{base}/{LOCAL_DIR}/workers.log" if "://" not in run.checkpoint else None
+    fs.make_dirs(f"{base}/{LOCAL_DIR}")
+    log = f"{base}/{LOCAL_DIR}/workers.log" if not is_uri(run.checkpoint) else None
     sink_raw = {"buffer_mb": WORKER_BUFFER_MB, **run.sink_raw}  # a user's buffer_mb wins
     try:
         # started before the first batch is planned: their start-up (a Python, its imports) overlaps the planning
         return run_batches(run.read_options, sink_raw, run.committer, run.checkpoint, _Workers(workers, log),
-                           run.progress, query_id=f"local-{run.token}", directory=LOCAL_DIR, parallelism=workers)
+                           run.progress, query_id=f"local-{run.token}", directory=LOCAL_DIR, parallelism=workers,
+                           writer_id=copy_writer_id(run.token))
     except LocalCopyFailed as exc:
         raise failure(str(exc), exc.detail or str(exc), run.checkpoint) from None

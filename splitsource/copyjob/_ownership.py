@@ -25,16 +25,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from splitsource._errors import CheckpointError, LockedError
-from splitsource.sink._committer import META_DIR
-from splitsource.sink._formats import resolve_filesystem, write_atomically
+from splitsource._fs import Store, resolve_filesystem
+from splitsource.sink._committer import LOCK_FILE, META_DIR, OWNER_FILE
 
 __all__ = ["CopyLock", "new_token", "read_owner", "write_owner"]
 
-OWNER_FILE = "owner.json"
-LOCK_FILE = "lock.json"
 
 
 def new_token() -> str:
@@ -45,8 +41,7 @@ def read_owner(output: str) -> dict[str, Any] | None:
     fs, base = resolve_filesystem(output)
     path = f"{base}/{META_DIR}/{OWNER_FILE}"
     try:
-        with fs.open_input_stream(path) as stream:
-            found = json.loads(bytes(stream.read()).decode("utf-8"))
+        found = json.loads(fs.read_text(path))
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError):
@@ -59,8 +54,8 @@ def read_owner(output: str) -> dict[str, Any] | None:
 
 def write_owner(output: str, owner: Mapping[str, Any]) -> None:
     fs, base = resolve_filesystem(output)
-    fs.create_dir(f"{base}/{META_DIR}", recursive=True)
-    write_atomically(fs, f"{base}/{META_DIR}/{OWNER_FILE}", json.dumps(owner, indent=2, sort_keys=True).encode())
+    fs.make_dirs(f"{base}/{META_DIR}")
+    fs.write(f"{base}/{META_DIR}/{OWNER_FILE}", json.dumps(owner, indent=2, sort_keys=True).encode())
 
 
 # -- the lock ----------------------------------------------------------------------------------------------------
@@ -107,7 +102,7 @@ class CopyLock:
     def __init__(self, places: list[tuple[str, str]], command: str) -> None:
         self._places = places
         self._holder = this_holder(command)
-        self._held: list[tuple[pafs.FileSystem, str]] = []
+        self._held: list[tuple[Store, str]] = []
 
     def __enter__(self) -> CopyLock:
         try:
@@ -123,7 +118,7 @@ class CopyLock:
 
     def _take(self, what: str, directory: str) -> None:
         fs, base = resolve_filesystem(directory)
-        fs.create_dir(base, recursive=True)
+        fs.make_dirs(base)
         path = f"{base}/{LOCK_FILE}"
         data = json.dumps(asdict(self._holder)).encode()
         for _ in range(5):
@@ -141,33 +136,20 @@ class CopyLock:
         raise LockedError(f"cannot lock {what}: {path} keeps changing", path=path)
 
     @staticmethod
-    def _create(fs: pafs.FileSystem, path: str, data: bytes) -> bool:
-        if isinstance(fs, pafs.LocalFileSystem):
-            for _ in range(5):
-                try:
-                    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                    break
-                except FileExistsError:
-                    return False
-                except FileNotFoundError:  # a failed copy removed the empty directory just now: make it again
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-            else:
-                raise LockedError(f"cannot create {path}: its directory keeps disappearing", path=path)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            return True
-        # object stores have no create-if-absent here: best effort, documented in docs/operations.md
-        if fs.get_file_info(path).type != pafs.FileType.NotFound:
-            return False
-        with fs.open_output_stream(path) as stream:
-            stream.write(data)
-        return True
+    def _create(fs: Store, path: str, data: bytes) -> bool:
+        # where the store has no exclusive create (object stores) this is a check then a write: best effort,
+        # documented in docs/operations.md
+        for _ in range(5):
+            try:
+                return fs.create(path, data)
+            except FileNotFoundError:  # a failed copy removed the empty directory just now: make it again
+                fs.make_dirs(path.rsplit("/", 1)[0])
+        raise LockedError(f"cannot create {path}: its directory keeps disappearing", path=path)
 
     @staticmethod
-    def _read(fs: pafs.FileSystem, path: str) -> Holder | None:
+    def _read(fs: Store, path: str) -> Holder | None:
         try:
-            with fs.open_input_stream(path) as stream:
-                return Holder(**json.loads(bytes(stream.read()).decode("utf-8")))
+            return Holder(**json.loads(fs.read_text(path)))
         except FileNotFoundError:
             return None
         except (ValueError, TypeError, UnicodeDecodeError):
@@ -175,11 +157,11 @@ class CopyLock:
             return _GONE if _stale_unreadable(fs, path) else _BEING_WRITTEN
 
     @staticmethod
-    def _break(fs: pafs.FileSystem, path: str) -> None:
+    def _break(fs: Store, path: str) -> None:
         aside = f"{path}.stale-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             fs.move(path, aside)  # atomic: of two processes taking over, one moves it, the other finds nothing
-            fs.delete_file(aside)
+            fs.delete(aside)
         except (FileNotFoundError, OSError):
             pass
 
@@ -188,7 +170,7 @@ class CopyLock:
             fs, path = self._held.pop()
             try:
                 if self._read(fs, path) == self._holder:
-                    fs.delete_file(path)
+                    fs.delete(path)
             except OSError:
                 pass
 
@@ -197,7 +179,20 @@ _GONE = Holder(socket.gethostname(), -1, "", "", "")  # no process has pid -1: a
 _BEING_WRITTEN = Holder("", -2, "", "", "")
 
 
-def _stale_unreadable(fs: pafs.FileSystem, path: str) -> bool:
-    """An unreadable lock older than a few seconds was left half written by a killed process."""
-    info = fs.get_file_info(path)
-    return info.mtime is not None and time.time() - info.mtime.timestamp() > 5
+def _stale_unreadable(fs: Store, path: str) -> bool:
+    """An unreadable lock older than a few seconds, or older than this machine's last boot, was left half written
+    by a killed process or a power loss (a lock is never synced: its holder is gone after either)."""
+    info = fs.info(path)
+    if info is None or info.mtime is None:
+        return True
+    return time.time() - info.mtime > 5 or info.mtime < _boot_time()
+
+
+def _boot_time() -> float:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except OSError:
+        pass
+    return 0.0

@@ -42,9 +42,16 @@ from splitsource.sink._files import PendingFile
 from splitsource.sink._options import BucketingSinkOptions
 from splitsource.sink._writer import write_files
 
-__all__ = ["CopyRun", "EngineResult", "ProgressFn", "ReadStats", "TaskResult", "copy_task", "task_report"]
+__all__ = ["CopyRun", "EngineResult", "ProgressFn", "ReadStats", "TaskResult", "copy_task", "copy_writer_id",
+           "task_report"]
 
 ProgressFn = Callable[[int, int, int], None]  # (splits done, estimated total splits or -1, rows this run)
+
+
+def copy_writer_id(token: str) -> str:
+    """A copy's id in its part files' names (from its ownership token): ``verify`` reports any data file without
+    it as written by someone else."""
+    return "".join(c for c in token if c.isalnum())[:12]
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,7 @@ class TaskResult:
 
 def copy_task(options: Mapping[str, str], sink: BucketingSinkOptions, next_split: Callable[[], Split | None],
               index: int, name: str, on_progress: Callable[[int, int, bool, ReaderMetrics], None] | None = None,
-              *, readers: int = 1) -> TaskResult:
+              *, readers: int = 1, writer_id: str = "") -> TaskResult:
     """Step 2: read the splits ``next_split`` hands out (None: no more) and write their rows, in the source's own
     Arrow schema, into pending files of task ``index``. ``on_progress(splits finished, rows read, final, metrics)``
     after
@@ -135,7 +142,7 @@ def copy_task(options: Mapping[str, str], sink: BucketingSinkOptions, next_split
                 on_progress(max(splits - 1, 0), rows, False, metrics)
             yield batch
 
-    files = tuple(write_files(sink, batches(), index))
+    files = tuple(write_files(sink, batches(), index, writer_id))
     if on_progress is not None:
         on_progress(splits, rows, True, metrics)
     return TaskResult(files, sum(f.rows for f in files), splits, metrics)

@@ -32,19 +32,19 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from serializers import read_envelope
 from splitsource._api import FixedEnumeratorContext, Source
 from splitsource._errors import SinkError
+from splitsource._fs import Store, is_uri, redact, resolve_filesystem, sibling_uri
 from splitsource.copyjob._ledger import read_ledger
 from splitsource.copyjob._ownership import read_owner
+from splitsource.copyjob._protocol import copy_writer_id
 from splitsource.runtime._source_reader import ReaderMetrics, SourceReader
 from splitsource.sink._bucketers import NULL_SEGMENT
 from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
 from splitsource.sink._files import PartNames
-from splitsource.sink._formats import resolve_filesystem
 from splitsource.sink._text import (
     is_duration,
     parse_iso_date,
@@ -105,15 +105,22 @@ class VerifyResult:
     output: Digest
     independent: bool = True
     splits: SplitCheck | None = None  # on a mismatch only
+    foreign: tuple[str, ...] = ()  # data files in the output that no commit of the copy made
 
     @property
     def match(self) -> bool:
-        return self.source.rows == self.output.rows and self.source.checksum == self.output.checksum
+        return (self.source.rows == self.output.rows and self.source.checksum == self.output.checksum
+                and not self.foreign)
 
     def text(self) -> str:
         verdict = "MATCH" if self.match else "MISMATCH"
         lines = [f"{verdict}: source {self.source.rows:,} rows (checksum {self.source.hex}), output "
                  f"{self.output.rows:,} rows (checksum {self.output.hex})"]
+        if self.foreign:
+            shown = ", ".join(self.foreign[:_NAMED])
+            more = f" and {len(self.foreign) - _NAMED:,} more" if len(self.foreign) > _NAMED else ""
+            lines.append(f"{len(self.foreign):,} data file(s) in the output were not written by this copy, and "
+                         f"every reader of the directory reads them too: {shown}{more}")
         if not self.match and self.source.rows != self.output.rows:
             lines.append(f"the output has {self.output.rows - self.source.rows:+,} rows against the source")
         elif not self.match:
@@ -346,27 +353,40 @@ def csv_records(text: str) -> Iterator[list[str | None]]:
         yield record
 
 
-def _files(fs: pafs.FileSystem, base: str) -> list[tuple[str, str]]:
-    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+def _files(fs: Store, base: str) -> list[tuple[str, str]]:
     out = []
-    for info in sorted(infos, key=lambda i: i.path):
+    for info in sorted(fs.list(base, recursive=True), key=lambda i: i.path):
         relative = info.path[len(base) + 1:]
-        if info.type == pafs.FileType.File and not any(p.startswith(("_", ".")) for p in relative.split("/")):
+        if not info.is_dir and not any(p.startswith(("_", ".")) for p in relative.split("/")):
             out.append((info.path, relative))
     return out
 
 
-def _file_rows(fs: pafs.FileSystem, path: str, fmt: str, fields: list[pa.Field], header: bool) -> Iterator[
+def foreign_files(output: str, layout: dict[str, Any], token: str | None) -> tuple[str, ...]:
+    """The data files under ``output`` (what a reader of the directory reads) that no commit of the copy with
+    ownership ``token`` made: not named as its part files are (another writer's, or put there by hand)."""
+    fs, base = resolve_filesystem(output)
+    prefix, suffix = re.escape(str(layout.get("part_prefix", "part"))), re.escape(str(layout.get("part_suffix", "")))
+    pattern = re.compile(rf"{prefix}-\d{{5}}-(?:([A-Za-z0-9]+)-)?[0-9a-f]+-\d+{suffix}")
+    mine = copy_writer_id(token) if token else None
+    out = []
+    for _, relative in _files(fs, base):
+        match = pattern.fullmatch(relative.rsplit("/", 1)[-1])
+        if match is None or (match.group(1) is not None and match.group(1) != mine):
+            out.append(relative)
+    return tuple(out)
+
+
+def _file_rows(fs: Store, path: str, fmt: str, fields: list[pa.Field], header: bool) -> Iterator[
         list[Any]]:
     names = [f.name for f in fields]
     if fmt == "parquet":
-        with fs.open_input_file(path) as f:
+        with fs.open_input(path) as f:
             for batch in pq.ParquetFile(f).iter_batches(65_536, columns=names):
                 columns = [c.cast(plain_storage(c.type)).to_pylist() for c in batch.columns]
                 yield from (list(row) for row in zip(*columns, strict=True))
         return
-    with fs.open_input_stream(path) as stream:
-        data = bytes(stream.read())
+    data = fs.read_bytes(path)
     if fmt == "jsonl":
         for row in _jsonl_rows(data, names, path):
             yield [from_json(v, f.type) for v, f in zip(row, fields, strict=True)]
@@ -385,8 +405,7 @@ def read_layout(output: str) -> dict[str, Any]:
     fs, base = resolve_filesystem(output)
     path = f"{base}/{META_DIR}/copy.json"
     try:
-        with fs.open_input_stream(path) as stream:
-            return dict(json.loads(bytes(stream.read()).decode("utf-8")))
+        return dict(json.loads(fs.read_text(path)))
     except (FileNotFoundError, NotADirectoryError):
         raise SinkError(f"{output} has no {META_DIR}/copy.json: it was not written by splitsource copy") from None
     except OSError as exc:
@@ -423,16 +442,19 @@ def check_splits(source: Source[Any, Any, Any, Any], output: str, checkpoint: st
     if checkpoint is None:
         owner = read_owner(output)
         if owner is None or not owner.get("checkpoint"):
-            return SplitCheck(note=f"{output} names no checkpoint (no {META_DIR}/owner.json)")
+            return SplitCheck(note=f"{redact(output)} names no checkpoint (no {META_DIR}/owner.json)")
         checkpoint = str(owner["checkpoint"])
-    elif "://" not in checkpoint:
+        default = sibling_uri(output, ".checkpoint")
+        if checkpoint == redact(default):  # kept without its credentials: the default beside the output has them
+            checkpoint = default
+    elif not is_uri(checkpoint):
         checkpoint = os.path.abspath(checkpoint)
     fs, base = resolve_filesystem(output)
     committer = BucketingGlobalCommitter(fs, base, PartNames("part", ""))
     ledger = read_ledger(checkpoint, committer.last_stream_batch)
     if ledger is None:
-        return SplitCheck(note=f"checkpoint {checkpoint} has no split ledger (it was removed, or the copy was made "
-                               "by a splitsource that kept none)")
+        return SplitCheck(note=f"checkpoint {redact(checkpoint)} has no split ledger (it was removed, or the copy "
+                               "was made by a splitsource that kept none)")
     serializer = source.split_serializer()
     pending = iter([read_envelope(serializer, c.split) for c in ledger.values()])
     metrics = ReaderMetrics()
@@ -452,8 +474,10 @@ def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | No
     ledger of ``checkpoint``, by default the one the output's owner file names) with the source's."""
     layout = read_layout(output)
     source_digest, independent = digest_source(source, layout)
+    owner = read_owner(output)
+    foreign = foreign_files(output, layout, str(owner["token"]) if owner else None)
     result = VerifyResult(source_digest, digest_output(output, layout, source.schema(), source.volatile_columns()),
-                          independent)
+                          independent, foreign=foreign)
     if result.match:
         return result
     return replace(result, splits=check_splits(source, output, checkpoint))

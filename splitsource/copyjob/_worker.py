@@ -71,7 +71,8 @@ def run_task(task: dict[str, Any], ask: Callable[[dict[str, Any]], dict[str, Any
         rows[0] = count  # reported with the next request for a split
 
     result = copy_task(options, parse_sink_options(task["sink"]), next_split, task["index"],
-                       f"worker-{task['index']}", on_progress, readers=task.get("readers", 1))
+                       f"worker-{task['index']}", on_progress, readers=task.get("readers", 1),
+                       writer_id=task.get("writer", ""))
     return {"files": [write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files],
             "rows": result.rows, "splits": result.splits, "report": task_report(result.metrics)}
 

@@ -28,7 +28,7 @@ from splitsource.sink._files import (
     PendingFile,
     WriterState,
 )
-from splitsource.sink._formats import FORMATS, FileFormat, encode_json_lines, resolve_filesystem
+from splitsource.sink._formats import FORMATS, FileFormat, encode_json_lines
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 from splitsource.sink._writer import BucketingSinkWriter
 
@@ -56,5 +56,4 @@ __all__ = [
     "encode_segment",
     "encode_value",
     "parse_sink_options",
-    "resolve_filesystem",
 ]

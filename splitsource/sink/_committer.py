@@ -3,40 +3,64 @@
 Commit protocol (the driver runs it; Spark's ``commit``)::
 
     1. recover     finish every logged commit that is not marked done (idempotent)
-    2. decide      write the commit record <base>/_bucketing/log/<seq>.commit  (atomic rename: the commit point)
-    3. finish      rename each pending file to its finished name; for an overwrite, delete the files replaced
-    4. sweep       remove in-progress and pending files that no commit lists (failed or speculative attempts)
-    5. done        write <seq>.done, drop records beyond the retention, write _SUCCESS (batch writes)
+    2. check       every pending file the commit names exists (a record is never written for files that are gone)
+    3. decide      write the commit record <base>/_bucketing/log/<seq>.commit  (durable, atomic: the commit point)
+    4. finish      rename each pending file to its finished name (never over an existing file); sync the bucket
+                   directories; for an overwrite, delete the files replaced
+    5. done        a stream commit's query record <base>/_bucketing/queries/<query>.json (its last batch id, kept
+                   for ever), then <seq>.done; drop done records beyond the retention; _SUCCESS (batch writes)
+    6. sweep       remove in-progress and pending files that no commit lists (failed or speculative attempts): of
+                   every writer when the caller owns the output (a copy), else of this writer only
 
-A crash before 2 leaves only transient files, which the next sweep removes. A crash after 2 is finished by the
-next run's step 1, from the record alone. Nothing listed in a record is ever deleted, and a finished file is never
-touched again (except by an overwrite, which lists what it replaces in its record).
+A crash before 3 leaves only transient files, which a later sweep removes. A crash after 3 is finished by the next
+run's step 1, from the record alone. Nothing listed in a record is ever deleted, and a finished file is never
+replaced (except by an overwrite, which lists what it deletes in its record). A logged commit whose files are gone
+(removed by something other than this sink) is rolled back with one warning: its finished files are deleted and
+its record too, so a copy replays the batch and a batch write counts as failed, as it was.
 
 Streaming: a record carries the query id and batch id; a batch id at or below the last one committed by the same
-query is a replay (a restarted query re-runs its last batch) and its new files are discarded, not committed twice.
+query (its query record, which pruning never removes) is a replay, and its new files are discarded, not committed
+twice.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import re
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-
-import pyarrow.fs as pafs
+from typing import Any
 
 from serializers import MsgpackRecordSerializer, SerializationError, read_envelope, write_envelope
-from splitsource._errors import SinkError
+from splitsource._errors import OutputOwnedError, SinkError
+from splitsource._fs import Store, as_store
 from splitsource.sink._files import PartNames, PendingFile, join
-from splitsource.sink._formats import write_atomically
 
 __all__ = [
     "COMMIT_RECORD_SERIALIZER",
+    "LOCK_FILE",
+    "META_DIR",
+    "ORPHAN_AGE_S",
+    "OWNER_FILE",
     "BucketingGlobalCommitter",
     "CommitRecord",
     "FileCommitter",
-    "META_DIR",
 ]
 
+log = logging.getLogger("splitsource.sink")
+
 META_DIR = "_bucketing"
+OWNER_FILE = "owner.json"  # in META_DIR: the copy that owns the output (splitsource.copyjob._ownership)
+LOCK_FILE = "lock.json"  # in META_DIR: a running copy
+QUERIES_DIR = "queries"  # in META_DIR: <query>.json, the last batch each streaming query committed
+# a transient file this old belongs to a writer that is gone: any writer's sweep removes it
+ORPHAN_AGE_S = 24 * 3600.0
+
+_SEGMENT = re.compile(r"[^/\\\x00]+")
+_TASK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 @dataclass(frozen=True)
@@ -61,8 +85,37 @@ class CommitRecord:
         return sum(f.size for f in self.files)
 
 
+def _relative_path(text: str, what: str) -> str:
+    """``text`` if it is a relative path that stays under the output (no ``..``, no root, no empty segment)."""
+    if text and (text.startswith("/") or any(p in ("", ".", "..") or not _SEGMENT.fullmatch(p)
+                                             for p in text.split("/"))):
+        raise ValueError(f"{what} {text!r} leaves the output directory")
+    return text
+
+
+def _pending_file(v: Sequence[Any]) -> PendingFile:
+    bucket, task = _relative_path(str(v[0]), "bucket"), str(v[1])
+    if not _TASK.fullmatch(task):
+        raise ValueError(f"task {task!r} is not a writer's name")
+    rows, size, counter = int(v[3]), int(v[4]), int(v[2])
+    if min(rows, size, counter) < 0:
+        raise ValueError("negative counts")
+    return PendingFile(bucket, task, counter, rows, size)
+
+
 def _file_fields(f: PendingFile) -> list[object]:
     return [f.bucket, f.task, f.counter, f.rows, f.size]
+
+
+def _record(v: Sequence[Any]) -> CommitRecord:
+    kind = str(v[1])
+    if kind not in ("append", "overwrite", "stream"):
+        raise ValueError(f"kind {kind!r}")
+    replaced = tuple(_relative_path(str(p), "replaced file") for p in v[5])
+    if any(not p for p in replaced):
+        raise ValueError("an empty replaced file")
+    return CommitRecord(int(v[0]), kind, str(v[2]), int(v[3]), tuple(_pending_file(f) for f in v[4]), replaced,
+                        int(v[6]), int(v[7]))
 
 
 COMMIT_RECORD_SERIALIZER: MsgpackRecordSerializer[CommitRecord] = MsgpackRecordSerializer(
@@ -70,40 +123,61 @@ COMMIT_RECORD_SERIALIZER: MsgpackRecordSerializer[CommitRecord] = MsgpackRecordS
     1,
     to_fields=lambda r: [r.seq, r.kind, r.write_id, r.batch_id, [_file_fields(f) for f in r.files], list(r.replaced),
                          r.total_rows, r.total_files],
-    from_fields=lambda v: CommitRecord(
-        int(v[0]), str(v[1]), str(v[2]), int(v[3]),
-        tuple(PendingFile(str(f[0]), str(f[1]), int(f[2]), int(f[3]), int(f[4])) for f in v[4]),
-        tuple(str(p) for p in v[5]), int(v[6]), int(v[7]),
-    ),
+    from_fields=_record,
 )
 
 
 class FileCommitter:
-    """FLIP-143 ``Committer``: pending → finished by rename. Idempotent; returns the files to retry."""
+    """FLIP-143 ``Committer``: pending → finished by rename. Idempotent; returns the files to retry, and raises
+    :class:`_Gone` for a file that is neither pending nor finished."""
 
-    def __init__(self, fs: pafs.FileSystem, base: str, names: PartNames) -> None:
+    def __init__(self, fs: Store, base: str, names: PartNames) -> None:
         self._fs, self._base, self._names = fs, base, names
 
     def commit(self, files: Iterable[PendingFile]) -> list[PendingFile]:
         retry = []
         for f in files:
             pending, finished = f.pending_path(self._base, self._names), f.finished_path(self._base, self._names)
-            if _exists(self._fs, pending):
+            if self._fs.exists(pending):
                 try:
                     self._fs.move(pending, finished)
+                except FileExistsError:
+                    self._collision(f, pending, finished)
                 except OSError:
                     retry.append(f)
-            elif not _exists(self._fs, finished):
-                raise SinkError(f"commit cannot find {pending} nor {finished}: a committed part file was removed "
-                                "from the output by something other than this sink")
+            elif not self._fs.exists(finished):
+                raise _Gone(pending, finished)
         return retry
+
+    def _collision(self, f: PendingFile, pending: str, finished: str) -> None:
+        """Both names exist. Where a move is a copy then a delete (object stores), a crash between the two leaves
+        both, the same bytes: finish the move. Anywhere else it is another file of the same name: refuse."""
+        found = self._fs.info(finished)
+        if not self._fs.capabilities.atomic_overwrite and found is not None and found.size == f.size:
+            self._fs.delete(pending)
+            return
+        raise SinkError(f"commit refused: {finished} already exists and no commit of this output logged it; "
+                        f"the pending file {pending} would replace it. Move that file out of the output, then "
+                        "re-run the write")
+
+
+class _Gone(Exception):
+    def __init__(self, pending: str, finished: str) -> None:
+        super().__init__(pending)
+        self.pending, self.finished = pending, finished
+
+
+def _query_name(query_id: str) -> str:
+    if _TASK.fullmatch(query_id) and len(query_id) <= 100:
+        return f"{query_id}.json"
+    return hashlib.sha256(query_id.encode()).hexdigest()[:32] + ".json"
 
 
 @dataclass
 class BucketingGlobalCommitter:
     """FLIP-143 ``GlobalCommitter`` of the bucketing sink, over the commit log in ``<base>/_bucketing/log``."""
 
-    fs: pafs.FileSystem
+    fs: Store
     base: str
     names: PartNames
     retention: int = 10
@@ -111,30 +185,66 @@ class BucketingGlobalCommitter:
     _committer: FileCommitter = field(init=False)
 
     def __post_init__(self) -> None:
+        self.fs = as_store(self.fs)
         self._committer = FileCommitter(self.fs, self.base, self.names)
         self._log = join(self.base, META_DIR, "log")
+        self._queries = join(self.base, META_DIR, QUERIES_DIR)
 
     # -- the log -----------------------------------------------------------------------------------------------
 
     def records(self) -> list[tuple[CommitRecord, bool]]:
         """Every retained record, oldest first, with whether it is done."""
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(self._log, allow_not_found=True))
+            entries = self.fs.list(self._log)
         except OSError as exc:
             raise SinkError(f"cannot list the commit log {self._log}: {exc}") from None
-        names = {i.base_name for i in infos}
+        names = {e.name for e in entries}
         out = []
-        for name in sorted(n for n in names if n.endswith(".commit")):
+        for name in sorted(n for n in names if n.endswith(".commit") and n[:-7].isdigit()):
             path = join(self._log, name)
-            with self.fs.open_input_stream(path) as stream:
-                data = stream.read()
             try:
-                record = read_envelope(COMMIT_RECORD_SERIALIZER, data)
-            except SerializationError as exc:
+                record = read_envelope(COMMIT_RECORD_SERIALIZER, self.fs.read_bytes(path))
+            except (SerializationError, ValueError, TypeError, IndexError) as exc:
                 raise SinkError(f"commit log record {path} is unreadable ({exc}); the output's commit history "
                                 "is damaged: move the output aside rather than writing into it") from None
+            except FileNotFoundError:
+                continue  # pruned by another writer just now
             out.append((record, name.replace(".commit", ".done") in names))
         return out
+
+    def query_record(self, query_id: str) -> dict[str, Any] | None:
+        """What ``<base>/_bucketing/queries/`` keeps of streaming query ``query_id``: its last committed batch and
+        running totals (None: it never finished a commit here)."""
+        path = join(self._queries, _query_name(query_id))
+        try:
+            found = json.loads(self.fs.read_text(path))
+        except FileNotFoundError:
+            return None
+        except (ValueError, UnicodeDecodeError):
+            raise SinkError(f"{path} is unreadable; the output's commit history is damaged: move the output aside "
+                            "rather than writing into it") from None
+        if not isinstance(found, dict) or found.get("query") != query_id:
+            return None  # a hash shared by another query id: treat as unknown
+        return found
+
+    # -- ownership ---------------------------------------------------------------------------------------------
+
+    def refuse_if_owned(self, who: str) -> None:
+        """Refuse a writer that does not own the output (``who`` names it) when a copy owns or is writing it."""
+        meta = join(self.base, META_DIR)
+        for name, what in ((OWNER_FILE, "belongs to"), (LOCK_FILE, "is being written by")):
+            path = join(meta, name)
+            if not self.fs.exists(path):
+                continue
+            detail = ""
+            try:
+                found = json.loads(self.fs.read_text(path))
+                if isinstance(found, dict) and found.get("checkpoint"):
+                    detail = f" (its checkpoint is {found['checkpoint']})"
+            except (OSError, ValueError, UnicodeDecodeError):
+                pass
+            raise OutputOwnedError(f"{self.base} {what} a splitsource copy{detail}: {who} does not write into a "
+                                   "copy's output; write to another path", path=self.base)
 
     # -- FLIP-143 ----------------------------------------------------------------------------------------------
 
@@ -145,10 +255,16 @@ class BucketingGlobalCommitter:
             replaced = tuple(sorted(self._relative(p) for p in self.finished_files() if p not in listed))
         records = self.records()
         seq = records[-1][0].seq + 1 if records else 1
-        previous = [r for r, _ in records if r.write_id == write_id and kind == "stream" == r.kind]
         rows, count = sum(f.rows for f in files), len(files)
-        if previous:
-            rows, count = rows + previous[-1].total_rows, count + previous[-1].total_files
+        if kind == "stream":
+            totals = [(r.seq, r.total_rows, r.total_files) for r, _ in records
+                      if r.kind == "stream" and r.write_id == write_id]
+            kept = self.query_record(write_id)
+            if kept is not None:
+                totals.append((int(kept["seq"]), int(kept["total_rows"]), int(kept["total_files"])))
+            if totals:
+                _, before_rows, before_files = max(totals)
+                rows, count = rows + before_rows, count + before_files
         return CommitRecord(seq, kind, write_id, batch_id, tuple(files), replaced, rows, count)
 
     def filter_recovered_committables(self, records: Iterable[tuple[CommitRecord, bool]]) -> list[CommitRecord]:
@@ -163,11 +279,37 @@ class BucketingGlobalCommitter:
         return pending
 
     def commit(self, record: CommitRecord) -> None:
-        """Make ``record``'s files finished, exactly once (steps 2-5 of the module docstring except sweep)."""
+        """Make ``record``'s files finished, exactly once (steps 2-5 of the module docstring); committing the same
+        record again finishes what is left of it."""
         path = join(self._log, f"{record.seq:020d}.commit")
-        self.fs.create_dir(self._log, recursive=True)
-        write_atomically(self.fs, path, write_envelope(COMMIT_RECORD_SERIALIZER, record))
+        data = write_envelope(COMMIT_RECORD_SERIALIZER, record)
+        try:
+            logged = self.fs.read_bytes(path)
+        except FileNotFoundError:
+            logged = None
+        if logged is None:
+            self._check_pending(record)
+            self.fs.make_dirs(self._log)
+            self.fs.write(path, data)
+        elif logged != data:
+            raise SinkError(f"commit {record.seq}: {path} exists already and logs another commit: another writer "
+                            f"is committing into {self.base} at the same time; write to another path")
         self._finish(record)
+
+    def _check_pending(self, record: CommitRecord) -> None:
+        by_bucket: dict[str, set[str]] = {}
+        for f in record.files:
+            by_bucket.setdefault(f.bucket, set()).add(self.names.pending(f.task, f.counter))
+        for bucket, wanted in by_bucket.items():
+            directory = join(self.base, bucket) if bucket else self.base
+            present = {e.name for e in self.fs.list(directory)}
+            missing = sorted(wanted - present)
+            if missing:
+                raise SinkError(
+                    f"commit refused: {len(missing)} pending file(s) it would publish are not in the output, e.g. "
+                    f"{join(directory, missing[0])}; the tasks wrote where this process cannot see (executors with "
+                    "a local path of their own? use storage the driver and every executor share), or something "
+                    "removed them; nothing was committed")
 
     def last_stream_record(self, query_id: str) -> CommitRecord | None:
         """The newest retained record of streaming query ``query_id``."""
@@ -175,74 +317,87 @@ class BucketingGlobalCommitter:
         return found[-1] if found else None
 
     def last_stream_batch(self, query_id: str) -> int | None:
-        """The highest batch id committed by streaming query ``query_id`` (None if none is retained)."""
+        """The highest batch id committed by streaming query ``query_id`` (None if it never committed here), from
+        the retained records and the query's own record, which pruning keeps."""
         ids = [r.batch_id for r, _ in self.records() if r.kind == "stream" and r.write_id == query_id]
+        kept = self.query_record(query_id)
+        if kept is not None:
+            ids.append(int(kept["batch"]))
         return max(ids) if ids else None
 
     def commit_batch(self, files: Sequence[PendingFile], *, query_id: str, batch_id: int,
-                     before_commit: Callable[[], None] | None = None) -> CommitRecord | None:
+                     before_commit: Callable[[], None] | None = None, owner: str | None = None
+                     ) -> CommitRecord | None:
         """Commit batch ``batch_id`` of streaming query ``query_id`` once (step 3 of the batch protocol, see
         :mod:`splitsource.copyjob._protocol`): finish what a crash left logged; a replay of a batch this query
         already committed has its new files deleted (they are duplicates) and returns None; otherwise the files are
-        committed and, every task of the batch having ended, what is still transient is swept as an orphan.
-        ``before_commit`` runs only for a batch about to be committed, before its commit record is written."""
+        committed and, every task of the batch having ended, what is still transient is swept as an orphan (only
+        ``owner``'s files when given: see :meth:`sweep`). ``before_commit`` runs only for a batch about to be
+        committed, before its commit record is written."""
         self.recover()
         last = self.last_stream_batch(query_id) if query_id else None
         if last is not None and batch_id <= last:
             self.delete_pending(files)
             return None
         record = self.combine(files, kind="stream", write_id=query_id, batch_id=batch_id)
+        self._check_pending(record)
         if before_commit is not None:
             before_commit()
         self.commit(record)
-        self.sweep(keep=())
+        self.sweep(keep=(), owner=owner)
         return record
 
     def delete_pending(self, files: Iterable[PendingFile]) -> None:
         """Remove the pending files of uncommitted (aborted or replayed) work; already gone is fine."""
         for f in files:
             try:
-                self.fs.delete_file(f.pending_path(self.base, self.names))
+                self.fs.delete(f.pending_path(self.base, self.names))
             except OSError:
                 pass
 
     def end_of_input(self, summary: bytes) -> None:
         """A bounded write is complete: write ``_SUCCESS`` (Hadoop's marker that the output is whole)."""
-        write_atomically(self.fs, join(self.base, "_SUCCESS"), summary)
+        self.fs.write(join(self.base, "_SUCCESS"), summary)
 
     # -- sweeping ----------------------------------------------------------------------------------------------
 
-    def sweep(self, keep: Iterable[PendingFile] = (), buckets: Iterable[str] | None = None) -> list[str]:
+    def sweep(self, keep: Iterable[PendingFile] = (), buckets: Iterable[str] | None = None,
+              owner: str | None = None) -> list[str]:
         """Delete in-progress and pending files not in ``keep`` (orphans of failed or speculative attempts and of
-        writes that never committed). Only call it when no task of this output is writing."""
+        writes that never committed). ``owner``: only the files of that writer (its id in the task names, see
+        :func:`~splitsource.sink._writer.write_files`) and those older than ``ORPHAN_AGE_S``; None: every
+        writer's, for a caller that owns the output. Only call it when no task of this writer is writing."""
         kept = {(f.bucket, f.task, f.counter) for f in keep}
         roots = [join(self.base, b) if b else self.base for b in buckets] if buckets is not None else [self.base]
         removed = []
+        now = time.time()
         for root in dict.fromkeys(roots):
             for info in self._walk(root, recursive=buckets is None):
-                parsed = self.names.parse_transient(info.base_name)
+                parsed = self.names.parse_transient(info.name)
                 if parsed is None:
                     continue
                 bucket = self._relative(info.path.rsplit("/", 1)[0]) if "/" in info.path else ""
                 if (bucket, parsed.task, parsed.counter) in kept:
                     continue
-                self.fs.delete_file(info.path)
-                removed.append(info.path)
+                if owner is not None and writer_of(parsed.task) != owner and (
+                        info.mtime is None or now - info.mtime < ORPHAN_AGE_S):
+                    continue
+                if self.fs.delete(info.path):
+                    removed.append(info.path)
         return removed
 
     def finished_files(self) -> list[str]:
-        return [i.path for i in self._walk(self.base, recursive=True)
-                if not i.base_name.startswith(("_", ".")) and i.type == pafs.FileType.File]
+        return [i.path for i in self._walk(self.base, recursive=True) if not i.name.startswith(("_", "."))]
 
     # -- internals ---------------------------------------------------------------------------------------------
 
-    def _walk(self, root: str, recursive: bool) -> list[pafs.FileInfo]:
+    def _walk(self, root: str, recursive: bool) -> list[Any]:
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=recursive, allow_not_found=True))
+            entries = self.fs.list(root, recursive=recursive)
         except OSError as exc:
             raise SinkError(f"cannot list {root}: {exc}") from None
         meta = join(self.base, META_DIR)
-        return [i for i in infos if i.type == pafs.FileType.File and not i.path.startswith(meta + "/")]
+        return [e for e in entries if not e.is_dir and not e.path.startswith(meta + "/")]
 
     def _relative(self, path: str) -> str:
         prefix = self.base.rstrip("/") + "/"
@@ -250,30 +405,61 @@ class BucketingGlobalCommitter:
 
     def _finish(self, record: CommitRecord) -> None:
         todo: list[PendingFile] = list(record.files)
-        for _ in range(self.max_attempts):
-            todo = self._committer.commit(todo)
-            if not todo:
-                break
+        try:
+            for _ in range(self.max_attempts):
+                todo = self._committer.commit(todo)
+                if not todo:
+                    break
+        except _Gone as gone:
+            self._roll_back(record, gone)
+            return
         if todo:
             raise SinkError(f"commit {record.seq}: could not finish {len(todo)} part file(s), e.g. "
                             f"{todo[0].pending_path(self.base, self.names)}; re-running the write finishes them")
+        for bucket in sorted({f.bucket for f in record.files}):
+            self.fs.sync_dir(join(self.base, bucket) if bucket else self.base, "publish.dir")
         for relative in record.replaced:
-            target = join(self.base, relative)
-            if _exists(self.fs, target):
-                self.fs.delete_file(target)
-        write_atomically(self.fs, join(self._log, f"{record.seq:020d}.done"), b"")
+            self.fs.delete(join(self.base, relative))
+        if record.kind == "stream" and record.write_id:
+            self._keep_query(record)
+        self.fs.write(join(self._log, f"{record.seq:020d}.done"), b"")
         self._prune()
+
+    def _keep_query(self, record: CommitRecord) -> None:
+        kept = self.query_record(record.write_id)
+        if kept is not None and int(kept["batch"]) >= record.batch_id:
+            return
+        self.fs.make_dirs(self._queries)
+        body = {"query": record.write_id, "batch": record.batch_id, "seq": record.seq,
+                "total_rows": record.total_rows, "total_files": record.total_files}
+        self.fs.write(join(self._queries, _query_name(record.write_id)), json.dumps(body).encode())
+
+    def _roll_back(self, record: CommitRecord, gone: _Gone) -> None:
+        """A logged, unfinished commit one of whose files is gone (removed from outside): undo it whole, so that
+        nothing of it is visible and its batch counts as not committed (a copy reads it again)."""
+        for f in record.files:
+            self.fs.delete(f.finished_path(self.base, self.names))
+            self.fs.delete(f.pending_path(self.base, self.names))
+        for bucket in sorted({f.bucket for f in record.files}):
+            directory = join(self.base, bucket) if bucket else self.base
+            if self.fs.exists(directory):
+                self.fs.sync_dir(directory, "publish.dir")
+        self.fs.delete(join(self._log, f"{record.seq:020d}.commit"))
+        self.fs.sync_dir(self._log, "write.dir")
+        what = f"batch {record.batch_id} of {record.write_id}" if record.kind == "stream" else "a write"
+        log.warning("commit %d (%s) was rolled back: its part file %s is gone (removed from outside the sink); "
+                    "it counts as not committed%s", record.seq, what, gone.pending,
+                    " and is read again" if record.kind == "stream" else "")
 
     def _prune(self) -> None:
         records = self.records()
         done = [r for r, is_done in records if is_done]
         for record in done[: max(0, len(records) - self.retention)]:
             for suffix in (".commit", ".done"):
-                path = join(self._log, f"{record.seq:020d}{suffix}")
-                if _exists(self.fs, path):
-                    self.fs.delete_file(path)
+                self.fs.delete(join(self._log, f"{record.seq:020d}{suffix}"))
 
 
-def _exists(fs: pafs.FileSystem, path: str) -> bool:
-    return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
-
+def writer_of(task: str) -> str | None:
+    """The writer id in a task name ``<partition>-<writer>-<token>`` (None for names without one)."""
+    parts = task.split("-")
+    return parts[1] if len(parts) == 3 else None

@@ -1,4 +1,4 @@
-"""Part-file formats (Parquet, JSON lines, CSV) and the file-system operations the sink needs, on pyarrow.fs.
+"""Part-file formats (Parquet, JSON lines, CSV): how each one writes into an open stream.
 
 Parquet is a *bulk* format: a file is only readable once closed, so it rolls at every commit. JSON lines and CSV
 are *row* formats: a prefix of the file is itself a valid file, which is what lets recovery truncate an in-progress
@@ -8,18 +8,15 @@ file back to its last committed length.
 from __future__ import annotations
 
 import json
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from splitsource._errors import SinkError
-from splitsource._fs import read_text, resolve_filesystem, write_atomically
 from splitsource.sink._text import json_fragments, text_column
 
 __all__ = [
@@ -27,10 +24,6 @@ __all__ = [
     "FileFormat",
     "PartFileWriter",
     "encode_json_lines",
-    "read_text",
-    "resolve_filesystem",
-    "truncate",
-    "write_atomically",
 ]
 
 
@@ -223,14 +216,3 @@ def pa_csv_header(schema: pa.Schema) -> bytes:
     empty = pa.Table.from_arrays([pa.array([], pa.string()) for _ in schema.names], names=schema.names)
     pa_csv.write_csv(empty, buffer)
     return bytes(buffer.getvalue())
-
-
-def truncate(fs: pafs.FileSystem, path: str, length: int) -> bool:
-    """Cut ``path`` to ``length`` bytes where the file system can; False where it cannot (the caller then writes
-    a valid-length file, as Flink's BucketingSink does)."""
-    if isinstance(fs, pafs.LocalFileSystem):
-        os.truncate(path, length)
-        return True
-    return False
-
-

@@ -29,18 +29,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from splitsource._errors import SinkError
+from splitsource._fs import Store, as_store, resolve_filesystem
 from splitsource.sink._bucketers import Bucketer
 from splitsource.sink._files import InProgressFile, PendingFile, WriterState, join
-from splitsource.sink._formats import PartFileWriter, combine_batches, resolve_filesystem, truncate, write_atomically
+from splitsource.sink._formats import PartFileWriter, combine_batches
 from splitsource.sink._options import BucketingSinkOptions
 
-__all__ = ["BucketingSinkWriter", "write_files"]
+__all__ = ["TOKEN_BITS", "BucketingSinkWriter", "new_task_token", "write_files"]
 
 
 RUN_BATCH_ROWS = 8192  # rows per batch of a run file: the merge holds one batch per run in memory
@@ -94,7 +95,7 @@ class BucketingSinkWriter:
         self,
         options: BucketingSinkOptions,
         schema: pa.Schema,
-        fs: pafs.FileSystem,
+        fs: Store | Any,
         base: str,
         *,
         task: str | None = None,
@@ -114,7 +115,7 @@ class BucketingSinkWriter:
         if check is not None:
             check(schema)
         self._file_schema = pa.schema([f for f in schema if f.name not in self._bucketer.columns])
-        self._fs = fs
+        self._fs = as_store(fs)
         self._base = base
         self._clock = clock  # processing time, for the date-time bucketer
         self._ticker = ticker  # elapsed time, for inactivity
@@ -233,7 +234,7 @@ class BucketingSinkWriter:
             index.append((bucket, start, end))
             start = end
         path = self._path("", self._names.in_progress(self._task, self._next_counter("")))
-        with self._fs.open_output_stream(path) as stream, pa.ipc.new_file(stream, self._file_schema) as writer:
+        with self._fs.open_output(path) as stream, pa.ipc.new_file(stream, self._file_schema) as writer:
             for part in ordered.to_batches(max_chunksize=RUN_BATCH_ROWS):
                 writer.write_batch(part)
         self._runs.append(_Run(path, tuple(index)))
@@ -246,7 +247,7 @@ class BucketingSinkWriter:
         if not self._runs and not self._sorted:
             return
         self._write_run()  # what is still in memory, as one more run: the merge then reads runs only
-        cursors = [_RunCursor(self._fs.open_input_file(run.path)) for run in self._runs]
+        cursors = [_RunCursor(self._fs.open_input(run.path)) for run in self._runs]
         where = [{bucket: (start, end) for bucket, start, end in run.index} for run in self._runs]
         buckets = sorted(set().union(*where), key=lambda b: (b not in self._open, b))
         now = self._ticker()
@@ -271,7 +272,7 @@ class BucketingSinkWriter:
         for cursor in cursors:
             cursor.close()
         for run in self._runs:
-            self._fs.delete_file(run.path)
+            self._fs.delete(run.path)
         self._runs.clear()
 
     def prepare_commit(self, end_of_input: bool = False) -> list[PendingFile]:
@@ -315,7 +316,7 @@ class BucketingSinkWriter:
         return join(self._base, bucket, name)
 
     def _exists(self, path: str) -> bool:
-        return bool(self._fs.get_file_info(path).type != pafs.FileType.NotFound)
+        return self._fs.exists(path)
 
     def _next_counter(self, bucket: str) -> int:
         """The next counter, creating ``bucket``'s directory; a restored counter could meet a file made after the
@@ -330,13 +331,13 @@ class BucketingSinkWriter:
             if not any(self._exists(self._path(bucket, n)) for n in names):
                 break
         if bucket not in self._made:
-            self._fs.create_dir(join(self._base, bucket) if bucket else self._base, recursive=True)
+            self._fs.make_dirs(join(self._base, bucket) if bucket else self._base)
             self._made.add(bucket)
         return counter
 
     def _open_file(self, bucket: str) -> _OpenFile:
         counter = self._next_counter(bucket)
-        stream = self._fs.open_output_stream(self._path(bucket, self._names.in_progress(self._task, counter)))
+        stream = self._fs.open_output(self._path(bucket, self._names.in_progress(self._task, counter)))
         writer = self._format.open(stream, self._file_schema, compression=self._options.compression,
                                    header=self._options.csv_header, fresh=True)
         current = _OpenFile(bucket, counter, writer, last_write=self._ticker())
@@ -348,6 +349,7 @@ class BucketingSinkWriter:
         self._buffered -= current.writer.buffered
         size = current.writer.close()
         source = self._path(bucket, self._names.in_progress(self._task, current.counter))
+        self._fs.sync(source, "part.file")  # its bytes are durable before its name says it is complete
         self._fs.move(source, self._path(bucket, self._names.pending(self._task, current.counter)))
         self._pending.append(PendingFile(bucket, self._task, current.counter, current.rows, size))
 
@@ -370,27 +372,43 @@ class BucketingSinkWriter:
         if not self._exists(in_progress):
             raise SinkError(f"cannot recover part file {in_progress}: it is gone (was the output directory "
                             "changed by hand?). Its committed rows cannot be restored.")
-        size = self._fs.get_file_info(in_progress).size or 0
+        found = self._fs.info(in_progress)
+        size = (found.size if found is not None else 0) or 0
         if size < item.valid_length:
             raise SinkError(f"cannot recover part file {in_progress}: it holds {size} bytes, fewer than the "
                             f"{item.valid_length} committed")
-        if size > item.valid_length and not truncate(self._fs, in_progress, item.valid_length):
+        if size > item.valid_length and not self._fs.truncate(in_progress, item.valid_length):
             marker = self._path(item.bucket, self._names.valid_length(self._task, item.counter))
-            write_atomically(self._fs, marker, str(item.valid_length).encode())
+            self._fs.write(marker, str(item.valid_length).encode())
+        self._fs.sync(in_progress, "part.file")
         self._fs.move(in_progress, pending)
         self._pending.append(committable)
 
 
 
-def write_files(options: BucketingSinkOptions, batches: Iterable[pa.RecordBatch], partition: int) -> list[PendingFile]:
+TOKEN_BITS = 96
+
+
+def new_task_token() -> str:
+    """A writer's token in its file names: 96 random bits, so that no two writers of an output ever share a name
+    (a repeated 32-bit token replaced an earlier batch's file about once in a hundred outputs of 10,000 batches)."""
+    return uuid.uuid4().hex[: TOKEN_BITS // 4]
+
+
+def write_files(options: BucketingSinkOptions, batches: Iterable[pa.RecordBatch], partition: int,
+                writer_id: str = "") -> list[PendingFile]:
     """One task: write ``batches`` into part files and close them as pending files (the task's committables).
 
     On any failure the task's in-progress files are removed. Every call has its own token in the file names, so a
-    retried or speculative attempt of the same partition never shares a name with another one.
+    retried or speculative attempt of the same partition never shares a name with another one; ``writer_id`` (a
+    write, a streaming query or a copy: letters and digits) goes into the names too, so that its own sweeps and
+    ``verify`` tell its files from any other writer's (``<partition>-<writer_id>-<token>``).
     """
     fs, base = resolve_filesystem(options.path)
     writer: BucketingSinkWriter | None = None
-    task = f"{partition:05d}-{uuid.uuid4().hex[:8]}"
+    if writer_id and not writer_id.isalnum():
+        raise SinkError(f"writer id {writer_id!r} must be letters and digits")
+    task = f"{partition:05d}-{writer_id}-{new_task_token()}" if writer_id else f"{partition:05d}-{new_task_token()}"
     try:
         for batch in batches:
             if writer is None:

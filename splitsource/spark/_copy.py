@@ -31,15 +31,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-import pyarrow.fs as pafs
-
 from splitsource._errors import CheckpointError, OptionsError
-from splitsource._fs import read_text, resolve_filesystem, write_atomically
+from splitsource._fs import child_uri, resolve_filesystem
 from splitsource._offsets import START_OVER
 from splitsource._planning import concurrent_readers, pack_for
 from splitsource.copyjob._coordinator import Batch, OffsetLookup, parse_offset, run_batches
 from splitsource.copyjob._job import failure, root_cause
-from splitsource.copyjob._protocol import CopyRun, EngineResult
+from splitsource.copyjob._protocol import CopyRun, EngineResult, copy_writer_id
 from splitsource.copyjob._signals import deferred
 from splitsource.spark import _jvm
 
@@ -68,7 +66,8 @@ class TaskProgress:
             return
         self._last = now
         try:
-            write_atomically(self._fs, self._path, json.dumps({"splits": splits, "rows": rows}).encode())
+            # progress only: nothing is lost if a power loss takes it
+            self._fs.write(self._path, json.dumps({"splits": splits, "rows": rows}).encode(), durable=False)
         except OSError:
             pass
 
@@ -78,14 +77,14 @@ def reported(directory: str, batch: int) -> tuple[int, int]:
     fs, base = resolve_filesystem(directory)
     splits = rows = 0
     try:
-        infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        infos = fs.list(base)
     except OSError:
         return 0, 0
     for info in infos:
-        if not info.base_name.startswith(f"{batch}-") or not info.base_name.endswith(".json"):
+        if not info.name.startswith(f"{batch}-") or not info.name.endswith(".json"):
             continue
         try:
-            report = json.loads(read_text(fs, info.path))
+            report = json.loads(fs.read_text(info.path))
             splits += int(report["splits"])
             rows += int(report["rows"])
         except (OSError, ValueError, KeyError, TypeError):
@@ -129,9 +128,9 @@ class SparkTasks:
         self._checkpoint = checkpoint
         self._session: Future[Any] = Future()
         fs, base = resolve_filesystem(checkpoint)
-        self._progress = f"{checkpoint}/{SPARK_DIR}/{PROGRESS_DIR}"
+        self._progress = child_uri(checkpoint, SPARK_DIR, PROGRESS_DIR)
         _remove_tree(self._progress)  # reports of a run that was killed
-        fs.create_dir(f"{base}/{SPARK_DIR}/{PROGRESS_DIR}", recursive=True)
+        fs.make_dirs(f"{base}/{SPARK_DIR}/{PROGRESS_DIR}")
         if spark is not None:
             self._session.set_result(spark)
         else:
@@ -215,7 +214,8 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
     tasks = SparkTasks(run.checkpoint, master, spark, after_start=recording.start if recording else None)
     try:
         result = run_batches(run.read_options, run.sink_raw, run.committer, run.checkpoint, tasks, run.progress,
-                             query_id=query_id, directory=SPARK_DIR, earlier_offset=earlier)
+                             query_id=query_id, directory=SPARK_DIR, earlier_offset=earlier,
+                             writer_id=copy_writer_id(run.token))
     except BaseException:
         if recording is not None:
             recording.stop()
@@ -285,7 +285,7 @@ def streaming_query_id(checkpoint: str) -> str:
     which names that copy's batches in the output's commit log."""
     fs, base = resolve_filesystem(checkpoint)
     try:
-        return str(json.loads(read_text(fs, f"{base}/metadata").splitlines()[0])["id"])
+        return str(json.loads(fs.read_text(f"{base}/metadata").splitlines()[0])["id"])
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         raise CheckpointError(f"checkpoint {checkpoint}: Spark's query metadata cannot be read ({exc}); "
                               f"{START_OVER}") from None
@@ -296,14 +296,14 @@ def _earlier_offsets(checkpoint: str) -> OffsetLookup | None:
     offsets Spark logged in ``offsets/<batch>`` (its version line, the batch's metadata, then the source's offset);
     None for any other checkpoint."""
     fs, base = resolve_filesystem(checkpoint)
-    if fs.get_file_info(f"{base}/metadata").type != pafs.FileType.File:
+    if not fs.is_file(f"{base}/metadata"):
         return None
 
     def lookup(batch: int) -> dict[str, Any] | None:
         path = f"{base}/offsets/{batch}"
-        if fs.get_file_info(path).type != pafs.FileType.File:
+        if not fs.is_file(path):
             return None
-        lines = [line for line in read_text(fs, path).splitlines() if line.startswith("{")]
+        lines = [line for line in fs.read_text(path).splitlines() if line.startswith("{")]
         if len(lines) < 2:
             raise CheckpointError(f"Spark's offset {checkpoint}/offsets/{batch} is corrupt; {START_OVER}")
         return parse_offset(lines[-1], f"{checkpoint}/offsets/{batch}")
@@ -314,9 +314,9 @@ def _earlier_offsets(checkpoint: str) -> OffsetLookup | None:
 def _clear_reports(directory: str, batch: int) -> None:
     fs, base = resolve_filesystem(directory)
     try:
-        for info in fs.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
-            if info.base_name.startswith(f"{batch}-"):
-                fs.delete_file(info.path)
+        for info in fs.list(base):
+            if info.name.startswith(f"{batch}-"):
+                fs.delete(info.path)
     except OSError:
         pass
 

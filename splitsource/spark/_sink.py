@@ -7,6 +7,7 @@ successful commit messages become finished; files of failed and speculative atte
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -25,13 +26,13 @@ from pyspark.sql.types import StructType
 
 from serializers import read_envelope, write_envelope
 from splitsource._errors import SinkError
+from splitsource._fs import resolve_filesystem
 from splitsource.sink._committer import BucketingGlobalCommitter, CommitRecord
 from splitsource.sink._files import PENDING_FILE_SERIALIZER, PendingFile
-from splitsource.sink._formats import resolve_filesystem
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 from splitsource.sink._writer import write_files
 
-__all__ = ["BucketingCommitMessage", "BucketingDataSource", "task_context"]
+__all__ = ["BucketingCommitMessage", "BucketingDataSource", "stream_writer_id", "task_context"]
 
 @dataclass(frozen=True)
 class BucketingCommitMessage(WriterCommitMessage):
@@ -57,10 +58,16 @@ def task_context() -> tuple[int, str, int]:
     return ctx.partitionId(), query, int(batch) if batch not in (None, "") else -1
 
 
-def _task_output(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
+def stream_writer_id(query_id: str) -> str:
+    """The writer id of a streaming query's part files (see :func:`write_files`)."""
+    return hashlib.sha256(query_id.encode()).hexdigest()[:12] if query_id else ""
+
+
+def _task_output(options: BucketingSinkOptions, batches: Iterator[pa.RecordBatch],
+                 writer_id: str = "") -> BucketingCommitMessage:
     """Write this task's rows into pending files (on failure its files are removed) and name them for the commit."""
     partition, query_id, batch_id = task_context()
-    files = write_files(options, batches, partition)
+    files = write_files(options, batches, partition, writer_id or stream_writer_id(query_id))
     return BucketingCommitMessage(tuple(write_envelope(PENDING_FILE_SERIALIZER, f) for f in files), query_id,
                                   batch_id)
 
@@ -89,20 +96,23 @@ class BucketingBatchWriter(DataSourceArrowWriter):
         self.overwrite = overwrite
         self.write_id = uuid.uuid4().hex
         committer = _committer(options)
-        # before any task writes: finish what a crashed commit logged, then clear orphans of earlier writes
+        committer.refuse_if_owned("df.write.format('bucketing')")
+        # before any task writes: finish what a crashed commit logged, then clear orphans of writes long gone (a
+        # write running beside this one keeps its files)
         committer.recover()
-        committer.sweep()
+        committer.sweep(owner=self.write_id[:12])
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
-        return _task_output(self.options, iterator)
+        return _task_output(self.options, iterator, self.write_id[:12])
 
     def commit(self, messages: list[Any]) -> None:
         committer = _committer(self.options)
+        committer.refuse_if_owned("df.write.format('bucketing')")
         files, _ = _collect(messages)
         committer.recover()
         record = committer.combine(files, kind="overwrite" if self.overwrite else "append", write_id=self.write_id)
         committer.commit(record)
-        committer.sweep(keep=())
+        committer.sweep(keep=(), owner=self.write_id[:12])  # failed and speculative attempts of this write
         committer.end_of_input(_summary(record))
 
     def abort(self, messages: list[Any]) -> None:
@@ -115,16 +125,19 @@ class BucketingStreamWriter(DataSourceStreamArrowWriter):
     it; the commit log keeps ``log_retention`` records."""
 
     def __init__(self, options: BucketingSinkOptions) -> None:
-        # nothing touches the output here: Spark builds this writer again in the worker that runs ``commit``,
-        # after the tasks wrote their pending files
+        # nothing is written here: Spark builds this writer again in the worker that runs ``commit``, after the
+        # tasks wrote their pending files; a copy's output is refused before any task writes into it
         self.options = options
+        _committer(options).refuse_if_owned("writeStream.format('bucketing')")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
         return _task_output(self.options, iterator)
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
         files, query_id = _collect(messages)
-        _committer(self.options).commit_batch(files, query_id=query_id, batch_id=batchId)
+        committer = _committer(self.options)
+        committer.refuse_if_owned("writeStream.format('bucketing')")
+        committer.commit_batch(files, query_id=query_id, batch_id=batchId, owner=stream_writer_id(query_id))
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
         _committer(self.options).delete_pending(_collect(messages)[0])

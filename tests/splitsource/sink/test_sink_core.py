@@ -159,10 +159,15 @@ def test_a_commit_retried_after_partial_renames_finishes_the_rest(tmp_path: Path
         writer.write(batch(i * 100, 100))
     files = writer.prepare_commit()
     record = committer.combine(files, kind="append", write_id="w")
+    # a crash after the commit record and the first rename: the next run finishes the rest
+    log = tmp_path / "_bucketing" / "log"
+    log.mkdir(parents=True)
+    (log / f"{record.seq:020d}.commit").write_bytes(write_envelope(COMMIT_RECORD_SERIALIZER, record))
     fs = pafs.LocalFileSystem()
     fs.move(files[0].pending_path(str(tmp_path), opts.names), files[0].finished_path(str(tmp_path), opts.names))
-    committer.commit(record)  # one already finished: idempotent
-    committer.commit(record)  # and again
+    assert committer.recover() == [record]
+    committer.commit(record)  # the same record again: idempotent
+    assert committer.recover() == []
     assert finished_ids(tmp_path, "parquet") == list(range(500))
 
 
