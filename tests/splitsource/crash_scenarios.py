@@ -1,0 +1,182 @@
+"""What the crash tests record, and what every crash state of it must end as.
+
+Four scenarios, each a real run of the framework's own code on the local disk, with no JVM:
+
+- ``copy-local`` and ``copy-spark``: ``splitsource.copyjob.copy`` of 300 generator rows in 3 batches of 2 splits,
+  into two buckets (``flag=true``, ``flag=false``), through the coordinator with the local engine's and the Spark
+  engine's protocol (offsets directory, query id, writer id); the read tasks run in this process (two per batch),
+  as the engines' tasks run ``run_task``;
+- ``sink-batch``: three ``df.write.format("bucketing")`` appends of two tasks each, through the sink's own writer
+  classes;
+- ``sink-stream``: a ``writeStream.format("bucketing")`` query committing batches 0, 1 and 2 of two tasks each.
+
+``python -m tests.splitsource.crash_scenarios SCENARIO ROOT TRACE`` records one scenario under ROOT into TRACE in a
+process of its own, so that every lock it leaves names a process that is gone, as after a power loss.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+ROWS = 300
+SPLIT_ROWS = 50
+BATCH_SPLITS = 2
+GEN_OPTIONS = {"rows": str(ROWS), "split_rows": str(SPLIT_ROWS), "columns": "id:bigint,flag:boolean",
+               "null_fraction": "0"}
+SCENARIOS = ("copy-local", "copy-spark", "sink-batch", "sink-stream")
+QUERY = "crash-query"
+WRITES = 3  # sink scenarios: writes (batch) or batches (stream) of TASKS tasks of TASK_ROWS rows
+TASKS = 2
+TASK_ROWS = 50
+
+
+# -- an engine whose tasks run in this process ---------------------------------------------------------------------
+
+class InlineTasks:
+    """A task pool (see ``splitsource.copyjob._coordinator.TaskPool``) running a batch's read tasks here, two per
+    batch, each on half of its splits."""
+
+    def run(self, batch: Any, progress: Callable[[int, int], None]) -> list[dict[str, Any]]:
+        from splitsource.copyjob._worker import run_task
+
+        encoded = [batch.encoded[s.split_id] for s in batch.splits]
+        results = []
+        for index in range(2):
+            mine = list(reversed(encoded[index::2]))
+
+            def ask(request: dict[str, Any], mine: list[bytes] = mine) -> dict[str, Any]:
+                return {"split": mine.pop() if mine else None}
+
+            results.append(run_task({**batch.task, "index": index, "readers": 1}, ask))
+        return results
+
+    def close(self) -> None:
+        pass
+
+
+def run_copy(run: Any, **settings: Any) -> Any:
+    """The engine entry (``ENGINES``): the coordinator with the Spark engine's protocol when given a master, the
+    local engine's otherwise."""
+    from splitsource.copyjob._coordinator import run_batches
+    from splitsource.copyjob._protocol import copy_writer_id
+
+    directory = "spark" if "master" in settings else "local"
+    return run_batches(run.read_options, run.sink_raw, run.committer, run.checkpoint, InlineTasks(), run.progress,
+                       query_id=f"{directory}-{run.token}", directory=directory, writer_id=copy_writer_id(run.token))
+
+
+def copy_once(root: Path, engine: str, overwrite: bool = False) -> Any:
+    from splitsource.copyjob import _job
+
+    _job.ENGINES = {"spark": __name__, "local": __name__}
+    return _job.copy("generator", GEN_OPTIONS, str(root / "out"), format="parquet", bucketer="columns",
+                     sink_options={"bucket_columns": "flag"}, engine=engine, max_splits_per_batch=BATCH_SPLITS,
+                     overwrite=overwrite)
+
+
+# -- the sink's writers ----------------------------------------------------------------------------------------------
+
+def _sink_options(root: Path) -> Any:
+    from splitsource.sink._options import parse_sink_options
+
+    return parse_sink_options({"path": str(root / "out"), "format": "parquet", "bucketer": "columns",
+                               "bucket_columns": "flag"})
+
+
+def _rows(first: int) -> pa.RecordBatch:
+    ids = pa.array(range(first, first + TASK_ROWS), pa.int64())
+    flags = pa.array([i % 2 == 0 for i in range(first, first + TASK_ROWS)], pa.bool_())
+    return pa.RecordBatch.from_arrays([ids, flags], names=["id", "flag"])
+
+
+def write_ids(write: int) -> set[int]:
+    return set(range(write * TASKS * TASK_ROWS, (write + 1) * TASKS * TASK_ROWS))
+
+
+def _messages(root: Path, write: int, writer_id: str, query: str = "", batch: int = -1) -> list[Any]:
+    from serializers import write_envelope
+    from splitsource.sink._files import PENDING_FILE_SERIALIZER
+    from splitsource.sink._writer import write_files
+    from splitsource.spark._sink import BucketingCommitMessage
+
+    options = _sink_options(root)
+    out = []
+    for task in range(TASKS):
+        files = write_files(options, [_rows((write * TASKS + task) * TASK_ROWS)], task, writer_id)
+        out.append(BucketingCommitMessage(tuple(write_envelope(PENDING_FILE_SERIALIZER, f) for f in files), query,
+                                          batch))
+    return out
+
+
+def sink_append(root: Path, write: int) -> None:
+    from splitsource.spark._sink import BucketingBatchWriter
+
+    writer = BucketingBatchWriter(_sink_options(root), overwrite=False)
+    writer.commit(_messages(root, write, writer.write_id[:12]))
+
+
+def stream_batch(root: Path, batch: int) -> None:
+    from splitsource.spark._sink import BucketingStreamWriter, stream_writer_id
+
+    writer = BucketingStreamWriter(_sink_options(root))
+    writer.commit(_messages(root, batch, stream_writer_id(QUERY), QUERY, batch), batch)
+
+
+# -- reading back as users do ------------------------------------------------------------------------------------------
+
+def read_ids(out: Path) -> list[int]:
+    """The ids a reader of the output directory reads (pyarrow.dataset, Hive partitions), sorted."""
+    if not out.exists():
+        return []
+    dataset = ds.dataset(str(out), format="parquet", partitioning="hive")
+    if not dataset.files:
+        return []
+    table = dataset.to_table(columns=["id"])
+    return sorted(table.column("id").to_pylist())
+
+
+# -- recording -------------------------------------------------------------------------------------------------------
+
+def record(scenario: str, root: Path) -> list[tuple[Any, ...]]:
+    """Run ``scenario`` under ``root`` with the door traced; the operations, with marks where it reported
+    success."""
+    from splitsource import _fs
+    from tests.splitsource.crashfs import Recorder
+
+    recorder = Recorder(root)
+    _fs.set_tracer(recorder)
+    try:
+        if scenario.startswith("copy-"):
+            copy_once(root, scenario[5:])
+            recorder.mark("returned")
+        elif scenario == "sink-batch":
+            for write in range(WRITES):
+                sink_append(root, write)
+                recorder.mark(f"write{write}")
+        else:
+            for batch in range(WRITES):
+                stream_batch(root, batch)
+                recorder.mark(f"write{batch}")
+    finally:
+        _fs.set_tracer(None)
+    return recorder.ops
+
+
+def main(argv: list[str]) -> int:
+    scenario, root, trace, *skipped = argv
+    from splitsource import _fs
+
+    _fs._skipped_syncs.update(skipped)
+    Path(trace).write_bytes(pickle.dumps(record(scenario, Path(root))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

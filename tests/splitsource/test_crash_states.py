@@ -1,0 +1,142 @@
+"""Power loss, not just SIGKILL: every state a crash could leave during a copy or a sink write ends exact, or is
+refused in one line; and every sync the storage door makes is needed (leaving any one out makes a state wrong).
+
+The states come from :mod:`tests.splitsource.crashfs` (a recorder under the door and a model of what a file system
+keeps after a power loss), the runs and checks from :mod:`tests.splitsource.crash_scenarios`.
+"""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from splitsource import _fs
+from splitsource._errors import SplitSourceError
+from splitsource.copyjob import _job
+from tests.conftest import ROOT
+from tests.splitsource import crash_scenarios as sc
+from tests.splitsource.crashfs import CrashState, crash_states
+
+pytestmark = pytest.mark.slow
+
+
+def _record(scenario: str, root: Path, skipped: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
+    trace = root.parent / f"{root.name}.trace"
+    subprocess.run([sys.executable, "-m", "tests.splitsource.crash_scenarios", scenario, str(root), str(trace),
+                    *skipped], check=True, cwd=ROOT, timeout=120)
+    ops: list[tuple[Any, ...]] = pickle.loads(trace.read_bytes())
+    return ops
+
+
+def _check(scenario: str, state: CrashState, root: Path) -> str:
+    """Run what follows the crash in ``state`` (built under ``root``); "exact" or "refused: <line>", or an
+    AssertionError saying what is wrong."""
+    out = root / "out"
+    written = sorted(int(m[5:]) for m in state.marks if m.startswith("write"))
+    before = sc.read_ids(out)
+    if scenario.startswith("copy-"):
+        if "returned" in state.marks:
+            assert before == list(range(sc.ROWS)), "a copy that had finished lost rows to the power loss"
+        try:
+            sc.copy_once(root, scenario[5:])
+        except SplitSourceError as exc:
+            assert "\n" not in str(exc), f"a refusal of more than one line: {exc}"
+            return f"refused: {exc}"
+        assert sc.read_ids(out) == list(range(sc.ROWS)), "the copy's re-run did not end with every row once"
+        from splitsource._planning import build_source
+        from splitsource.copyjob._verify import verify
+
+        _, source = build_source({**sc.GEN_OPTIONS, "connector": "generator"})
+        assert verify(source, str(out)).match, "verify does not say MATCH"
+        return "exact"
+    for write in written:
+        assert sc.write_ids(write) <= set(before), f"write {write} had reported success and lost rows"
+    try:
+        if scenario == "sink-batch":
+            sc.sink_append(root, sc.WRITES)  # the next write recovers the output, and is not stuck
+        else:
+            for batch in range(sc.WRITES):  # the restarted query replays every batch
+                sc.stream_batch(root, batch)
+    except SplitSourceError as exc:
+        assert "\n" not in str(exc), f"a refusal of more than one line: {exc}"
+        return f"refused: {exc}"
+    ids = sc.read_ids(out)
+    assert len(ids) == len(set(ids)), "rows were committed twice"
+    present = set(ids)
+    if scenario == "sink-batch":
+        for write in range(sc.WRITES):
+            rows = sc.write_ids(write)
+            assert rows <= present or not rows & present, f"write {write} is half committed"
+        assert sc.write_ids(sc.WRITES) <= present, "the write after the crash is missing"
+    else:
+        assert present == set().union(*(sc.write_ids(b) for b in range(sc.WRITES))), "the stream is not exact"
+    return "exact"
+
+
+def _replay(scenario: str, ops: list[tuple[Any, ...]], root: Path, stop_at_first_failure: bool = False
+            ) -> tuple[Counter[str], list[str]]:
+    """Build each crash state of ``ops`` where it was recorded (``root``: paths are kept absolute) and check it."""
+    outcomes: Counter[str] = Counter()
+    failures: list[str] = []
+    for state in crash_states(ops):
+        shutil.rmtree(root, ignore_errors=True)
+        state.build(root)
+        try:
+            outcome = _check(scenario, state, root)
+            outcomes["exact" if outcome == "exact" else "refused"] += 1
+            if outcome != "exact":
+                failures.append(f"{scenario}: {state.describe()}: {outcome}")
+        except Exception as exc:  # noqa: BLE001 - every way a state can go wrong is a finding to report
+            outcomes["wrong"] += 1
+            failures.append(f"{scenario}: {state.describe()}: {type(exc).__name__}: {exc}")
+            if stop_at_first_failure:
+                break
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return outcomes, failures
+
+
+@pytest.fixture(autouse=True)
+def _engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_job, "ENGINES", dict(_job.ENGINES))  # the scenarios point them at in-process tasks
+
+
+def test_every_crash_state_ends_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    total: Counter[str] = Counter()
+    lines = []
+    problems: list[str] = []
+    for scenario in sc.SCENARIOS:
+        ops = _record(scenario, tmp_path / scenario)
+        outcomes, failures = _replay(scenario, ops, tmp_path / scenario)
+        total.update(outcomes)
+        problems += failures
+        lines.append(f"  {scenario}: {len(ops)} operations, {sum(outcomes.values())} crash states: "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    with capsys.disabled():
+        print(f"\ncrash states: {sum(total.values())} distinct, "
+              + ", ".join(f"{k} {v}" for k, v in sorted(total.items())) + "\n" + "\n".join(lines))
+    assert sum(total.values()) >= 200
+    assert not problems, f"{len(problems)} crash state(s) not exact:\n" + "\n".join(problems[:20])
+
+
+@pytest.mark.parametrize("point", _fs.SYNC_POINTS)
+def test_each_sync_is_needed(point: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Leave one sync out (in the recorded run only; recovery runs whole): some crash state must then go wrong.
+    A sync no state needs would be one this test cannot justify."""
+    found: list[str] = []
+    for scenario in sc.SCENARIOS:
+        ops = _record(scenario, tmp_path / scenario, skipped=(point,))
+        _, failures = _replay(scenario, ops, tmp_path / scenario, stop_at_first_failure=True)
+        if failures:
+            found = failures
+            break
+    with capsys.disabled():
+        print(f"\nwithout the sync {point!r}: {found[0] if found else 'no state went wrong'}")
+    assert found, f"no crash state goes wrong without the sync {point!r}"
