@@ -222,6 +222,10 @@ def running_pid(node: Node) -> int | None:
 
 def start_node(node: Node, nodes: int, num_tokens: int, heap_mb: int, cluster_name: str,
                seed: int = 1) -> subprocess.Popen[bytes]:
+    if cql_up(node.address, node.cql_port):
+        # a node that cannot bind dies, and whatever answers there would be taken for it
+        raise SystemExit(f"cassandra.py: {node.address}:{node.cql_port} already answers CQL: another Cassandra runs "
+                         "there; stop it, or start this one at another address (--first N uses 127.0.0.N)")
     lib = install()
     conf = write_config(node, nodes, num_tokens, cluster_name, seed)
     (node.home / "logs").mkdir(parents=True, exist_ok=True)
@@ -250,10 +254,10 @@ def start_node(node: Node, nodes: int, num_tokens: int, heap_mb: int, cluster_na
 
 def wait_for_cql(node: Node, proc: subprocess.Popen[bytes] | None, deadline: float) -> None:
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:  # before asking the port: never take another node for it
+            raise SystemExit(f"cassandra.py: node {node.index} exited with {proc.returncode}:\n{tail(node)}")
         if cql_up(node.address, node.cql_port):
             return
-        if proc is not None and proc.poll() is not None:
-            raise SystemExit(f"cassandra.py: node {node.index} exited with {proc.returncode}:\n{tail(node)}")
         time.sleep(0.5)
     raise SystemExit(f"cassandra.py: node {node.index} did not answer CQL on {node.address}:{node.cql_port} "
                      f"in time:\n{tail(node)}")
@@ -266,19 +270,43 @@ def tail(node: Node, lines: int = 30) -> str:
     return "(no log)"
 
 
+CLUSTER_FILE = "cluster.name"  # in a node's directory: the cluster its data belongs to
+
+
+def wipe(root: Path) -> list[Path]:
+    """Stop the nodes under ``root`` and delete their directories (only ``node*`` directories this script made);
+    returns what was deleted."""
+    stop(root)
+    deleted = []
+    for home in sorted(root.glob("node*")):
+        if (home / CLUSTER_FILE).exists() or (home / "conf" / "cassandra.yaml").exists():
+            shutil.rmtree(home)
+            deleted.append(home)
+    return deleted
+
+
 def start(root: Path, nodes: int = 1, num_tokens: int = 16, heap_mb: int = 1024, timeout: float = 240.0,
-          fresh: bool = True, cluster_name: str = "splitsource", first: int = 1) -> list[Node]:
-    """Start ``nodes`` nodes under ``root`` one after the other and wait for CQL on each.
+          fresh: bool = False, cluster_name: str = "splitsource", first: int = 1) -> list[Node]:
+    """Start ``nodes`` nodes under ``root`` one after the other and wait for CQL on each; a node already running
+    is kept, and a node's data directory is reused (``fresh``: :func:`wipe` first).
 
     Nodes are numbered from ``first`` (node ``i`` listens on 127.0.0.i, JMX on 7199 + 100 * (i - 1)) and node
-    ``first`` is the seed, so a second cluster (``first=3``) can run beside the default one.
+    ``first`` is the seed, so a second cluster (``first=3``) can run beside the default one. A node directory that
+    holds another cluster's data is refused, never overwritten.
     """
     if fresh:
-        stop(root)
-        shutil.rmtree(root, ignore_errors=True)
+        wipe(root)
     started = []
     for index in range(first, first + nodes):
         node = Node(index, root)
+        marker = node.home / CLUSTER_FILE
+        if marker.exists() and marker.read_text().strip() != cluster_name:
+            raise SystemExit(f"cassandra.py: {node.home} holds the data of cluster {marker.read_text().strip()!r}, "
+                             f"not {cluster_name!r}: use another --dir (or 'wipe' it, which deletes that data)")
+        if node.home.exists() and not marker.exists() and any(node.home.iterdir()):
+            raise SystemExit(f"cassandra.py: {node.home} holds files this script did not write: use another --dir")
+        node.home.mkdir(parents=True, exist_ok=True)
+        marker.write_text(cluster_name + "\n")
         if running_pid(node) is None:
             proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name, seed=first)
             wait_for_cql(node, proc, time.monotonic() + timeout)
@@ -349,25 +377,36 @@ def nodetool(root: Path, index: int, *args: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="where nodes keep data and logs")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dir", type=Path, default=argparse.SUPPRESS,
+                        help=f"where nodes keep data and logs (default {DEFAULT_DIR})")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("install", help="fetch Cassandra's jars from Maven Central")
-    p_start = sub.add_parser("start", help="start a fresh local cluster and wait for CQL")
+    sub.add_parser("install", help="fetch Cassandra's jars from Maven Central", parents=[common])
+    p_start = sub.add_parser("start", parents=[common],
+                             help="start a local cluster (reusing its data directory) and wait for CQL")
     p_start.add_argument("--nodes", type=int, default=1, choices=(1, 2, 3))
     p_start.add_argument("--num-tokens", type=int, default=16)
     p_start.add_argument("--heap-mb", type=int, default=1024)
-    p_start.add_argument("--keep", action="store_true", help="keep existing data and running nodes")
+    p_start.add_argument("--fresh", action="store_true", help="delete the nodes' data first (says what it deletes)")
     p_start.add_argument("--first", type=int, default=1, help="number of the first node (address 127.0.0.N)")
-    sub.add_parser("stop", help="stop every node under --dir")
-    p_tool = sub.add_parser("nodetool", help="run nodetool against one node")
+    p_start.add_argument("--cluster-name", default="splitsource")
+    sub.add_parser("stop", help="stop every node under --dir", parents=[common])
+    sub.add_parser("wipe", help="stop the nodes under --dir and delete their data (says what it deletes)",
+                   parents=[common])
+    p_tool = sub.add_parser("nodetool", help="run nodetool against one node", parents=[common])
     p_tool.add_argument("node", type=int)
     p_tool.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    args.dir = getattr(args, "dir", DEFAULT_DIR)
     if args.command == "install":
         print(install())
-    elif args.command == "start":
-        nodes = start(args.dir, args.nodes, args.num_tokens, args.heap_mb, fresh=not args.keep, first=args.first)
+    elif args.command == "wipe" or (args.command == "start" and args.fresh):
+        for home in wipe(args.dir):
+            print(f"cassandra.py: deleted {home}", file=sys.stderr)
+    if args.command == "start":
+        nodes = start(args.dir, args.nodes, args.num_tokens, args.heap_mb, first=args.first,
+                      cluster_name=args.cluster_name)
         print(" ".join(f"{n.address}:{n.cql_port}" for n in nodes))
     elif args.command == "stop":
         stop(args.dir)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, get_type_hints
 
@@ -113,6 +114,8 @@ def _convert(name: str, kind: Any, text: str, meta: Mapping[str, Any]) -> Any:
             value = int(text.strip().replace("_", ""))
         elif kind is float:
             value = float(text.strip())
+            if not math.isfinite(value):
+                raise ValueError("a number must be finite")
         else:
             value = text
     except (TypeError, ValueError) as exc:

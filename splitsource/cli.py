@@ -53,6 +53,36 @@ reads only what was not committed, and commits every row exactly once.
 """
 
 
+MAX_WORKERS = 256
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes from 0 (one per core) to "
+                                         f"{MAX_WORKERS}")
+    return value
+
+
+def _path(text: str) -> str:
+    """A path or URI that is text a file system can hold (a non-UTF-8 name arrives with surrogate escapes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"{text.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8") from None
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return text
+
+
+def _plain(text: str) -> str:
+    """Help text in plain words: the docstrings' reStructuredText markup is not for a terminal."""
+    return text.replace("``", "")
+
+
 def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
     out = {}
     for item in values:
@@ -103,15 +133,20 @@ def _options(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="splitsource", description=__doc__.split("\n\n")[0], epilog=EXAMPLES,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    from splitsource._version import __version__
+
+    parser = argparse.ArgumentParser(prog="splitsource", description=_plain(__doc__.split("\n\n")[0]),
+                                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"splitsource {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def source_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--connector", required=True, help="built-in connector (cassandra, generator) or module:Class")
         p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                        help="a source option (repeat): `splitsource options --connector NAME` lists them")
-        p.add_argument("--output", required=True, help="base directory of the output (local path or URI)")
+        p.add_argument("--output", required=True, type=_path,
+                       help="base directory of the output (local path or URI)")
 
     copy = sub.add_parser("copy", help="copy a whole source into files, exactly once (resumable)",
                           epilog=f"sink options (--sink-option KEY=VALUE):\n{_sink_table()}\n\n{EXAMPLES}",
@@ -121,14 +156,14 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--bucketer", default="none", help="none (default), datetime or columns")
     copy.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                       help="a bucketing sink option (repeat), e.g. bucket_columns=country, part_size_mb=128")
-    copy.add_argument("--checkpoint", help="checkpoint location (default: <output>.checkpoint)")
+    copy.add_argument("--checkpoint", type=_path, help="checkpoint location (default: <output>.checkpoint)")
     copy.add_argument("--engine", choices=("spark", "local"), default="spark",
                       help="spark (default): Spark tasks on --master, one Spark job per batch; local: worker "
                            "processes on this machine, no JVM (faster on one machine); a checkpoint belongs to one "
                            "engine")
     copy.add_argument("--master", default=None, help="Spark master (default local[2]); --engine spark only")
-    copy.add_argument("--workers", type=int, default=0,
-                      help="worker processes (default: one per core); --engine local only")
+    copy.add_argument("--workers", type=_workers, default=0,
+                      help=f"worker processes, at most {MAX_WORKERS} (default: one per core); --engine local only")
     copy.add_argument("--max-splits-per-batch", type=int, default=0,
                       help="splits per committed batch (default: by estimated size, 256 MiB)")
     copy.add_argument("--max-rows-per-second", type=_rate("--max-rows-per-second"), default=0.0, metavar="N",
@@ -146,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="compare the committed output with the source (count and checksum)",
                             allow_abbrev=False)
     source_args(verify)
-    verify.add_argument("--checkpoint", metavar="DIR",
+    verify.add_argument("--checkpoint", metavar="DIR", type=_path,
                         help="the copy's checkpoint, for its rows per split on a mismatch (default: the one the "
                              "output's owner file names)")
 

@@ -49,13 +49,14 @@ class CassandraNode:
     hosts: str
     port: int
     root: Path | None
+    index: int = 1  # of the node under ``root`` (scripts/cassandra.py: node i listens on 127.0.0.i)
 
     def nodetool(self, *args: str) -> str:
         if self.root is None:
             raise RuntimeError("nodetool needs a node started by scripts/cassandra.py: set SPLITSOURCE_CASSANDRA_DIR")
         from scripts.cassandra import nodetool
 
-        return nodetool(self.root, 1, *args)
+        return nodetool(self.root, self.index, *args)
 
     @contextmanager
     def fresh_table(self, keyspace: str, table: str, columns: str) -> Iterator[Any]:
@@ -80,9 +81,15 @@ class CassandraNode:
         return cluster, cluster.connect()
 
 
+# addresses of the session's node (the first free one); other tests' clusters use 127.0.0.31-35
+TEST_NODE_INDEXES = range(21, 31)
+
+
 @pytest.fixture(scope="session")
 def cassandra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CassandraNode]:
-    """A real Cassandra 5.0: CASSANDRA_HOSTS if set, else a single node (16 vnodes) started from the cache.
+    """A real Cassandra 5.0: CASSANDRA_HOSTS if set, else a single node (16 vnodes) of the tests' own, started from
+    the cache on a loopback address where nothing answers (never 127.0.0.1, where the demo's node or a developer's
+    own Cassandra may run: the tests create and drop keyspaces).
 
     In CI the integration tests never skip: if the node cannot start, this fixture fails with its log tail.
     """
@@ -91,15 +98,17 @@ def cassandra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CassandraNod
         port = int(os.environ.get("CASSANDRA_PORT", "9042"))
         yield CassandraNode(os.environ["CASSANDRA_HOSTS"], port, Path(own) if own else None)
         return
-    from scripts.cassandra import start, stop
+    from scripts.cassandra import cql_up, start, stop
 
     root = tmp_path_factory.mktemp("cassandra")
+    index = next(i for i in TEST_NODE_INDEXES if not cql_up(f"127.0.0.{i}", 9042))
+    print(f"\ntests: starting their own Cassandra on 127.0.0.{index}:9042", file=sys.stderr)
     try:
-        start(root, nodes=1, num_tokens=16, heap_mb=1024)
+        start(root, nodes=1, num_tokens=16, heap_mb=1024, first=index, cluster_name="splitsource-tests")
     except SystemExit as exc:  # the script reports start-up failures as SystemExit with the log tail
         stop(root)
         pytest.fail(f"the test Cassandra did not start: {exc}", pytrace=False)
     try:
-        yield CassandraNode("127.0.0.1", 9042, root)
+        yield CassandraNode(f"127.0.0.{index}", 9042, root, index)
     finally:
         stop(root, sig=signal.SIGKILL)  # throwaway data: a clean drain would take up to a minute

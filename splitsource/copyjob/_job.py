@@ -190,6 +190,9 @@ def location(flag: str, path: str) -> str:
 ENGINES = {"spark": "splitsource.spark._copy", "local": "splitsource.copyjob._local"}
 
 
+MAX_WORKERS = 256  # local engine processes: more than any machine this runs on has cores for
+
+
 def _engine(name: str) -> Any:
     return importlib.import_module(ENGINES[name])
 
@@ -236,8 +239,11 @@ def copy(
         raise OptionsError(f"option 'engine': {engine!r} is not one of {', '.join(ENGINES)}")
     if engine == "local" and spark is not None:
         raise OptionsError("option 'engine': 'local' runs without Spark; do not pass a Spark session")
-    if workers < 0:
-        raise OptionsError(f"option 'workers': {workers} is negative")
+    if not 0 <= workers <= MAX_WORKERS:
+        raise OptionsError(f"option 'workers': {workers} is not from 0 (one per core) to {MAX_WORKERS}")
+    if any(k.lower() == "plan_location" for k in source_options):
+        raise OptionsError("option 'plan_location' is for streaming reads: a copy keeps its plan in its checkpoint "
+                           "(<checkpoint>/plans); leave it out")
     if engine == "spark" and spark is None and not _MASTER.fullmatch(master):
         raise OptionsError(f"--master {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
                            "k8s://HOST:PORT or yarn")

@@ -1,4 +1,4 @@
-"""The Cassandra connector on a two-node cluster (127.0.0.3 and .4, one token each) started for this module.
+"""The Cassandra connector on a two-node cluster (127.0.0.31 and .32, one token each) started for this module.
 
 The session's own node has 16 vnodes; this cluster has ``num_tokens: 1``, so the two together cover both ends of
 the ring layouts users run. The cluster runs beside the session node (other addresses, other JMX ports).
@@ -25,7 +25,7 @@ from .test_cassandra_source import checksum
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 KS = "splitsource_ring"
 ROWS = 12_000
-FIRST, NODES = 3, 2
+FIRST, NODES = 31, 2  # 127.0.0.31-32: beside the session node, the demo's and the docs' second cluster
 
 
 class Ring:

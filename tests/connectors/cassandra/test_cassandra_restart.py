@@ -22,7 +22,7 @@ import pytest
 from tests.splitsource.copyjob.test_copy import CLI, run
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
-INDEX = 5
+INDEX = 35  # 127.0.0.35: an address of the tests' own
 HOST = f"127.0.0.{INDEX}"
 KS = "splitsource_restart"
 ROWS = 20_000
