@@ -28,13 +28,14 @@ from typing import Any
 import pyarrow as pa
 
 from serializers import read_envelope, write_envelope
-from splitsource._api import Source, Split
+from splitsource._api import FixedEnumeratorContext, Source, Split
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 from splitsource.runtime._local import Checkpoint, LocalRuntime
 
 __all__ = [
     "LocalRuntime",
     "check_add_back",
+    "check_add_back_snapshot",
     "check_all",
     "check_parallel_read",
     "check_serializers",
@@ -135,6 +136,39 @@ def check_add_back(
     )
 
 
+def check_add_back_snapshot(source: AnySource, expected: pa.Table | None = None, *, handed_out: int = 3) -> None:
+    """Snapshot while splits are added back (FLIP-27 checkpoints the add-back list so that no split is lost): take
+    ``handed_out`` splits, finish the first, add the others back, snapshot, round-trip the state through its
+    serializers and restore a new enumerator from it. The restored enumerator serves the added-back splits first,
+    and the finished split plus everything it serves is the whole source exactly once."""
+    context = FixedEnumeratorContext(2)
+    enumerator = source.create_enumerator(context)
+    enumerator.start()
+    taken = [s for s in (enumerator.next_split() for _ in range(handed_out)) if s is not None]
+    if len(taken) < 2:
+        raise _trivial("add-back snapshot", "the enumerator generated fewer than two splits, so none was added "
+                                            "back beside a finished one")
+    finished, back = taken[0], taken[1:]
+    enumerator.add_splits_back(back)
+    state = enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, enumerator.snapshot_state()))
+    enumerator.close()
+    restored = source.restore_enumerator(context, state)
+    restored.start()
+    served: list[Split] = []
+    while (split := restored.next_split()) is not None:
+        served.append(split)
+        if len(served) > 1_000_000:
+            raise AssertionError("add-back snapshot: the restored enumerator never runs out of splits")
+    restored.close()
+    ids = [s.split_id for s in back]
+    assert [s.split_id for s in served[: len(back)]] == ids, (
+        f"add-back snapshot: the restored enumerator served {[s.split_id for s in served[:len(back)]]} first, not "
+        f"the added-back splits {ids}: the add-back list was lost or reordered by snapshot and restore")
+    batches = [b for split in (finished, *served) for b in _read_one_split(source, split)]
+    _assert_same(rows_of(batches, source.schema()), _reference(source, expected),
+                 "add-back snapshot: the finished split and every split the restored enumerator served")
+
+
 def check_serializers(source: AnySource, max_splits: int = 1000) -> None:
     """Every generated split, and the enumerator state after each split, round-trips through its serializer."""
     enumerator = source.create_enumerator(LocalRuntime(source, 1).enumerator.context)
@@ -232,4 +266,5 @@ def check_all(source: AnySource, expected: pa.Table | None = None) -> None:
     check_parallel_read(source, expected)
     check_snapshot_restore(source, expected)
     check_add_back(source, expected)
+    check_add_back_snapshot(source, expected)
     check_wake_up_resume(source)
