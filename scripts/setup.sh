@@ -9,9 +9,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-# compat mode puts the repository on sys.path through a .pth file, which is what lets Spark's Python workers
-# discover the pyspark_splitsource module (they scan sys.path for pyspark_* modules).
-.venv/bin/python -m pip install -q -e ".[dev]" --config-settings editable_mode=compat
+# the build backend (hatchling) installs the package editable as a path entry (a .pth file), which is what lets
+# Spark's Python workers discover pyspark_splitsource (they scan sys.path for pyspark_* modules)
+.venv/bin/python -m pip install -q -e ".[dev]"
 
 if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
