@@ -64,7 +64,9 @@ SYNC_POINTS = (
     # not synced: the commit that names it is rolled back and its batch read again)
     "publish.dir",  # a bucket directory after its pending files were renamed to finished (before the done marker)
 )
-_skipped_syncs: set[str] = set()  # test hook: syncs left out on purpose (the crash tests' mutations)
+# syncs left out on purpose: the crash tests' mutations, and bench/bench_durability.py's measure of what they cost
+# (SPLITSOURCE_BENCH_NO_SYNC=1, never for real data: a power loss can then lose committed rows)
+_skipped_syncs: set[str] = set(SYNC_POINTS) if os.environ.get("SPLITSOURCE_BENCH_NO_SYNC") == "1" else set()
 
 
 @dataclass(frozen=True)
@@ -214,10 +216,14 @@ class Store:
 
     # -- writing -------------------------------------------------------------------------------------------------
 
-    def write(self, path: str, data: bytes, *, durable: bool = True) -> None:
+    def write(self, path: str, data: bytes, *, durable: bool = True, exclusive: bool = False) -> None:
         """Replace ``path`` by ``data`` atomically: readers see the old bytes or the new, never a part. ``durable``:
-        the new bytes survive a power loss once this returns (temporary synced, renamed, directory synced)."""
+        the new bytes survive a power loss once this returns (temporary synced, renamed, directory synced).
+        ``exclusive``: never replace, raise :class:`FileExistsError` if ``path`` exists (atomic where the store has
+        ``exclusive_create``; a check then a write elsewhere)."""
         if not self.local:
+            if exclusive and self.exists(path):
+                raise FileExistsError(errno.EEXIST, "exists", path)
             with self.fs.open_output_stream(path) as stream:  # an object appears whole when its upload completes
                 stream.write(data)
             return
@@ -234,7 +240,10 @@ class Store:
         finally:
             os.close(fd)
         try:
-            os.replace(tmp, path)
+            if exclusive:
+                _rename_noreplace(tmp, path)
+            else:
+                os.replace(tmp, path)
         except BaseException:
             _silent_unlink(tmp)
             raise

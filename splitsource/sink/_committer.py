@@ -290,8 +290,11 @@ class BucketingGlobalCommitter:
         if logged is None:
             self._check_pending(record)
             self.fs.make_dirs(self._log)
-            self.fs.write(path, data)
-        elif logged != data:
+            try:
+                self.fs.write(path, data, exclusive=True)  # of two writers racing for a number, one wins
+            except FileExistsError:
+                logged = self.fs.read_bytes(path)
+        if logged is not None and logged != data:
             raise SinkError(f"commit {record.seq}: {path} exists already and logs another commit: another writer "
                             f"is committing into {self.base} at the same time; write to another path")
         self._finish(record)

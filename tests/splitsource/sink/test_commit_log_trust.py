@@ -157,3 +157,15 @@ def test_the_spark_sink_refuses_an_output_a_copy_owns_or_writes(tmp_path: Path) 
     (meta / "lock.json").write_text('{"host": "h", "pid": 1}')
     with pytest.raises(OutputOwnedError, match=r"is being written by a splitsource copy"):
         BucketingStreamWriter(options)
+
+
+def test_two_commits_racing_for_one_sequence_number_never_replace_each_other(tmp_path: Path) -> None:
+    first, second = _committer(tmp_path), _committer(tmp_path)
+    options = _options(tmp_path)
+    a = first.combine(write_files(options, [_rows(0)], 0, "aaaaaaaaaaaa"), kind="append", write_id="a")
+    b = second.combine(write_files(options, [_rows(10)], 0, "bbbbbbbbbbbb"), kind="append", write_id="b")
+    assert a.seq == b.seq == 1  # both computed their number before either wrote
+    first.commit(a)
+    with pytest.raises(SinkError, match=r"exists already and logs another commit"):
+        second.commit(b)
+    assert [r.write_id for r, _ in first.records()] == ["a"] and _ids(tmp_path) == [0, 1, 2]
