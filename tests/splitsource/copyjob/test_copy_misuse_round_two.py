@@ -98,3 +98,13 @@ def test_a_uri_with_a_query_string_gets_its_checkpoint_beside_it_and_no_secret_i
 
     secret = "s3://AKIA:hunter2@lake/out?secret_key=hunter2"
     assert "hunter2" not in redact(secret) and "hunter2" not in redact(secret + ".checkpoint")
+
+
+def test_version_and_help_in_plain_words() -> None:
+    from splitsource._version import __version__
+
+    version = run(["--version"])
+    assert version.returncode == 0 and version.stdout.strip() == f"splitsource {__version__}", version.stderr
+    for args in (["--help"], ["copy", "--help"], ["verify", "--help"]):
+        shown = run(args)
+        assert shown.returncode == 0 and "``" not in shown.stdout, shown.stdout[:500]
