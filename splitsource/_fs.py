@@ -27,7 +27,6 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode
@@ -45,14 +44,13 @@ __all__ = [
     "Tracer",
     "as_store",
     "child_uri",
+    "is_temporary",
     "is_uri",
-    "read_text",
     "redact",
     "resolve_filesystem",
     "set_tracer",
     "sibling_uri",
     "split_uri",
-    "write_atomically",
 ]
 
 # every place a sync keeps data across a power loss; see the crash tests (tests/splitsource/test_crash_states.py)
@@ -119,6 +117,14 @@ def _trace(kind: str, *args: Any) -> None:
 
 _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)([^?#]*)(\?[^#]*)?$")
 _SECRET_KEYS = ("secret", "password", "token", "credential", "key")
+
+
+_TMP = ".tmp-"  # a temporary of Store.write: .<name>.tmp-<hex>
+
+
+def is_temporary(name: str) -> bool:
+    """Whether a file name is a temporary :meth:`Store.write` writes before its rename (left behind by a crash)."""
+    return name.startswith(".") and _TMP in name and name.rsplit(_TMP, 1)[1].isalnum()
 
 
 def is_uri(text: str) -> bool:
@@ -228,13 +234,13 @@ class Store:
                 stream.write(data)
             return
         directory, name = os.path.split(path)
-        tmp = os.path.join(directory, f".{name}.tmp-{uuid.uuid4().hex[:12]}")
+        tmp = os.path.join(directory, f".{name}{_TMP}{uuid.uuid4().hex[:12]}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            _trace("write", tmp, bytes(data))
+            _trace("write", tmp, data)
             if durable:
                 self._fsync_fd(fd, "write.file", tmp)
         finally:
@@ -268,7 +274,7 @@ class Store:
             os.write(fd, data)
         finally:
             os.close(fd)
-        _trace("write", path, bytes(data))
+        _trace("write", path, data)
         return True
 
     def make_dirs(self, path: str) -> None:
@@ -302,7 +308,7 @@ class Store:
 
     def sync(self, path: str, point: str) -> None:
         """Make a closed file's bytes durable (a no-op where the store has no ``durable_rename``)."""
-        if not self.capabilities.durable_rename or not self.local:
+        if not self.local:
             return
         _trace("data", path)
         fd = os.open(path, os.O_RDONLY)
@@ -472,18 +478,3 @@ def resolve_filesystem(path: str) -> tuple[Store, str]:
         return Store(fs), inner.rstrip("/")
     fs, prefix = cached
     return Store(fs), (prefix + inner_path).rstrip("/")
-
-
-def read_text(fs: Store | pafs.FileSystem, path: str) -> str:
-    return as_store(fs).read_text(path)
-
-
-def write_atomically(fs: Store | pafs.FileSystem, path: str, data: bytes, *, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` atomically and, by default, durably (see :meth:`Store.write`)."""
-    as_store(fs).write(path, data, durable=durable)
-
-
-def walk_files(store: Store, root: str) -> Iterator[Entry]:
-    for entry in store.list(root, recursive=True):
-        if not entry.is_dir:
-            yield entry

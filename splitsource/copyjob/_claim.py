@@ -7,13 +7,12 @@ checkpoint the output was written with, choose another output, or start over wit
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from splitsource._errors import CheckpointError, OptionsError, OutputOwnedError
-from splitsource._fs import Store, redact, resolve_filesystem
+from splitsource._fs import Store, is_temporary, redact, resolve_filesystem
 from splitsource.copyjob._ownership import new_token, read_owner, write_owner
 from splitsource.sink._committer import LOCK_FILE, META_DIR, BucketingGlobalCommitter
 from splitsource.sink._files import PartNames
@@ -134,7 +133,7 @@ def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter
     fs, base = resolve_filesystem(checkpoint)
     out_fs, out_base = resolve_filesystem(output)
     checkpoint_entries = fs.list(base) if fs.is_dir(base) else []
-    foreign = [e.name for e in checkpoint_entries if e.name not in _CHECKPOINT_NAMES and not _door_temporary(e.name)]
+    foreign = [e.name for e in checkpoint_entries if e.name not in _CHECKPOINT_NAMES and not is_temporary(e.name)]
     if foreign:
         raise OptionsError(f"--overwrite: checkpoint {redact(checkpoint)} holds files splitsource copy did not write "
                            f"({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); move them away "
@@ -168,11 +167,6 @@ _CHECKPOINT_NAMES = frozenset({IDENTITY_FILE, LOCK_FILE, ERROR_LOG, FINISHED_FIL
                                "plans", "splits", *_CHECKPOINT_PROGRESS})
 
 
-def _door_temporary(name: str) -> bool:
-    """A temporary the storage door writes before its rename (``.<name>.tmp-<hex>``), left by a crash."""
-    return re.fullmatch(r"\..+\.tmp-[0-9a-f]+", name) is not None
-
-
 def _copy_names(fs: Store, base: str, names: PartNames) -> Callable[[str], bool]:
     """Whether a file under the output ``base`` is one a copy (or the bucketing sink) writes, with the part names
     of the sink now and of the copy that wrote the output (its ``_bucketing/copy.json``)."""
@@ -182,18 +176,17 @@ def _copy_names(fs: Store, base: str, names: PartNames) -> Callable[[str], bool]
         layouts.append(PartNames(str(found["part_prefix"]), str(found["part_suffix"])))
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    finished = [re.compile(rf"{re.escape(n.prefix)}-[A-Za-z0-9_-]+-\d+{re.escape(n.suffix)}") for n in layouts]
 
     def ours(path: str) -> bool:
         relative = path[len(base) + 1:]
         name = relative.rsplit("/", 1)[-1]
-        if relative.startswith(f"{META_DIR}/") or relative == "_SUCCESS" or _door_temporary(name):
+        if relative.startswith(f"{META_DIR}/") or relative == "_SUCCESS" or is_temporary(name):
             return True
         if any(n.parse_transient(name) is not None for n in layouts):
             return True
         if name.startswith("_") and name.endswith(".valid-length"):
             return True
-        return any(p.fullmatch(name) for p in finished)
+        return any(n.parse_finished(name) is not None for n in layouts)
 
     return ours
 

@@ -84,7 +84,7 @@ def read_ledger(checkpoint: str, last_committed: Callable[[str], int | None]) ->
         return None
     found: dict[str, SplitCount] = {}
     for info in sorted(infos, key=lambda i: i.name):
-        if not info.name.endswith(".json") or info.name.startswith("."):
+        if not info.name.endswith(".json"):  # a write in progress (the door's temporary) ends otherwise
             continue  # a write in progress
         try:
             body = json.loads(fs.read_text(info.path))

@@ -44,7 +44,7 @@ from splitsource.copyjob._protocol import copy_writer_id
 from splitsource.runtime._source_reader import ReaderMetrics, SourceReader
 from splitsource.sink._bucketers import NULL_SEGMENT
 from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
-from splitsource.sink._files import PartNames
+from splitsource.sink._files import PartNames, writer_of
 from splitsource.sink._text import (
     is_duration,
     parse_iso_date,
@@ -366,15 +366,18 @@ def foreign_files(output: str, layout: dict[str, Any], token: str | None) -> tup
     """The data files under ``output`` (what a reader of the directory reads) that no commit of the copy with
     ownership ``token`` made: not named as its part files are (another writer's, or put there by hand)."""
     fs, base = resolve_filesystem(output)
-    prefix, suffix = re.escape(str(layout.get("part_prefix", "part"))), re.escape(str(layout.get("part_suffix", "")))
-    pattern = re.compile(rf"{prefix}-\d{{5}}-(?:([A-Za-z0-9]+)-)?[0-9a-f]+-\d+{suffix}")
+    names = PartNames(str(layout.get("part_prefix", "part")), str(layout.get("part_suffix", "")))
     mine = copy_writer_id(token) if token else None
     out = []
     for _, relative in _files(fs, base):
-        match = pattern.fullmatch(relative.rsplit("/", 1)[-1])
-        if match is None or (match.group(1) is not None and match.group(1) != mine):
+        parsed = names.parse_finished(relative.rsplit("/", 1)[-1])
+        # a task is <partition>-<token>, or <partition>-<writer>-<token> since writers carry an id
+        if parsed is None or not _COPY_TASK.fullmatch(parsed[0]) or writer_of(parsed[0]) not in (None, mine):
             out.append(relative)
     return tuple(out)
+
+
+_COPY_TASK = re.compile(r"\d{5}(-[A-Za-z0-9]+)?-[0-9a-f]+")
 
 
 def _file_rows(fs: Store, path: str, fmt: str, fields: list[pa.Field], header: bool) -> Iterator[

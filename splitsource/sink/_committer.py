@@ -37,7 +37,7 @@ from typing import Any
 from serializers import MsgpackRecordSerializer, SerializationError, read_envelope, write_envelope
 from splitsource._errors import OutputOwnedError, SinkError
 from splitsource._fs import Store, as_store
-from splitsource.sink._files import PartNames, PendingFile, join
+from splitsource.sink._files import PartNames, PendingFile, join, writer_of
 
 __all__ = [
     "COMMIT_RECORD_SERIALIZER",
@@ -343,7 +343,6 @@ class BucketingGlobalCommitter:
             self.delete_pending(files)
             return None
         record = self.combine(files, kind="stream", write_id=query_id, batch_id=batch_id)
-        self._check_pending(record)
         if before_commit is not None:
             before_commit()
         self.commit(record)
@@ -460,9 +459,3 @@ class BucketingGlobalCommitter:
         for record in done[: max(0, len(records) - self.retention)]:
             for suffix in (".commit", ".done"):
                 self.fs.delete(join(self._log, f"{record.seq:020d}{suffix}"))
-
-
-def writer_of(task: str) -> str | None:
-    """The writer id in a task name ``<partition>-<writer>-<token>`` (None for names without one)."""
-    parts = task.split("-")
-    return parts[1] if len(parts) == 3 else None

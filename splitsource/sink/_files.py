@@ -29,6 +29,7 @@ __all__ = [
     "PendingFile",
     "TransientName",
     "WriterState",
+    "writer_of",
 ]
 
 IN_PROGRESS = ".in-progress"
@@ -62,6 +63,12 @@ class PartNames:
 
     def valid_length(self, task: str, counter: int) -> str:
         return f"_{self.finished(task, counter)}.valid-length"
+
+    def parse_finished(self, name: str) -> tuple[str, int] | None:
+        """(task, counter) of a finished part file's name, None for any other name."""
+        match = re.fullmatch(rf"{re.escape(self.prefix)}-([A-Za-z0-9][A-Za-z0-9_-]*)-(\d+){re.escape(self.suffix)}",
+                             name)
+        return (match.group(1), int(match.group(2))) if match else None
 
     def parse_transient(self, name: str) -> TransientName | None:
         match = re.fullmatch(rf"_{re.escape(self.prefix)}-(.+)-(\d+)(\.in-progress|\.pending)", name)
@@ -126,3 +133,9 @@ WRITER_STATE_SERIALIZER: MsgpackRecordSerializer[WriterState] = MsgpackRecordSer
         str(v[0]), int(v[1]), tuple(InProgressFile(str(f[0]), int(f[1]), int(f[2]), int(f[3])) for f in v[2])
     ),
 )
+
+
+def writer_of(task: str) -> str | None:
+    """The writer id in a task name ``<partition>-<writer>-<token>`` (None for names without one)."""
+    parts = task.split("-")
+    return parts[1] if len(parts) == 3 else None
