@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from typing import NoReturn
 
 from splitsource._errors import OptionsError, SplitSourceError
 from splitsource.copyjob._signals import Terminated, on_sigterm
@@ -132,10 +133,17 @@ def _options(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (the usage block is what --help is for)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     from splitsource._version import __version__
 
-    parser = argparse.ArgumentParser(prog="splitsource", description=_plain(__doc__.split("\n\n")[0]),
+    parser = _Parser(prog="splitsource", description=_plain(__doc__.split("\n\n")[0]),
                                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"splitsource {__version__}")

@@ -94,11 +94,13 @@ def test_a_checkpoint_of_one_engine_is_refused_by_the_other(tmp_path: Path) -> N
 @pytest.mark.parametrize("args, expected", [
     (["--engine", "local", "--master", "local[4]"], "--master is for --engine spark"),
     (["--workers", "3"], "--workers is for --engine local"),
-    (["--engine", "local", "--workers", "-1"], "option 'workers': -1 is negative"),
+    (["--engine", "local", "--workers", "-1"], "argument --workers: '-1' is not a number of processes from 0"),
+    (["--engine", "local", "--workers", "257"], "argument --workers: '257' is not a number of processes from 0"),
 ])
 def test_engine_flags_that_do_not_fit_exit_2(tmp_path: Path, args: list[str], expected: str) -> None:
     result = run(["copy", "--connector", "generator", *args, "--output", str(tmp_path / "out")])
     assert result.returncode == 2 and expected in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "out").exists()
 
 
