@@ -327,6 +327,11 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
         """What makes two runs read the same data (for refusing a foreign checkpoint); secrets excluded."""
         return {"connector": self.name}
 
+    def origin(self) -> Mapping[str, Any]:
+        """Which deployment the data comes from (a cluster's name, a data centre): a copy's checkpoint records it
+        and refuses to resume against another. The default: nothing recorded."""
+        return {}
+
     def volatile_columns(self) -> Sequence[str]:
         """Columns whose values change by themselves between two reads (a TTL counting down): ``verify``
         compares only whether they are null. The default: none."""

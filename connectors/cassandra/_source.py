@@ -19,8 +19,14 @@ splits              0             a number of splits instead of a size (shared b
 username            ""            for PasswordAuthenticator
 password            ""            never printed; better: password_file or SPLITSOURCE_CASSANDRA_PASSWORD
 password_file       ""            a file whose first line is the password (not on the command line)
-ssl                 false         use TLS; ssl_ca_file to verify the server
-ssl_ca_file         ""            CA certificate (PEM) for TLS
+protocol_version    auto          native protocol: auto negotiates (v5 on 4.0+, v4 on 3.11), or 3, 4, 5
+ssl                 false         use TLS (the server's certificate is verified against ssl_ca_file)
+ssl_ca_file         ""            CA certificate(s) (PEM) that signed the servers' certificates
+ssl_verify          true          verify the server's certificate (false: encrypted, but to anyone; warned)
+ssl_check_hostname  true          the certificate must name the address connected to
+ssl_cert_file       ""            client certificate (PEM), for servers that require one
+ssl_key_file        ""            the client certificate's private key (PEM)
+ssl_key_password    ""            password of an encrypted ssl_key_file (never printed)
 token_range         ""            only keys with start < token <= end: "start,end" (wraps when start > end)
 where               ""            an extra CQL restriction, served without ALLOW FILTERING
 writetime_columns   ""            add <col>_writetime for these regular columns (a list, or *)
@@ -41,6 +47,7 @@ import gc
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -107,8 +114,17 @@ class CassandraOptions:
     username: str = option("", doc="user name for PasswordAuthenticator")
     password: Secret = option(Secret(""), doc="password (never printed); visible in ps: prefer password_file")
     password_file: str = option("", doc="a file whose first line is the password")
-    ssl: bool = option(False, doc="use TLS")
-    ssl_ca_file: str = option("", doc="CA certificate (PEM) to verify the server")
+    protocol_version: str = option("auto", doc="native protocol version: auto (negotiated: v5 on Cassandra 4.0 and "
+                                               "later, v4 on 3.11 and ScyllaDB) or 3, 4, 5",
+                                   choices=("auto", "3", "4", "5"), parse=lambda s: s.strip().lower())
+    ssl: bool = option(False, doc="use TLS; the server's certificate is verified against ssl_ca_file")
+    ssl_ca_file: str = option("", doc="CA certificate(s), PEM, that signed the servers' certificates")
+    ssl_verify: bool = option(True, doc="verify the server's certificate (false: encrypted but unauthenticated, "
+                                        "warned once)")
+    ssl_check_hostname: bool = option(True, doc="the server's certificate must name the address connected to")
+    ssl_cert_file: str = option("", doc="client certificate, PEM (servers with require_client_auth)")
+    ssl_key_file: str = option("", doc="the client certificate's private key, PEM (default: in ssl_cert_file)")
+    ssl_key_password: Secret = option(Secret(""), doc="password of an encrypted ssl_key_file (never printed)")
     token_range: str = option("", doc="only keys with start < token <= end: 'start,end' (start > end wraps around "
                                       "the ring)", parse=lambda text: _parse_token_range(text))
     where: str = option("", doc="an extra CQL restriction the server serves without ALLOW FILTERING, e.g. "
@@ -173,6 +189,15 @@ class CassandraConnectionError(SplitSourceError, ConnectionError):
     """Cassandra could not be reached, refused the credentials, or has no such keyspace or table."""
 
 
+class CassandraAuthenticationError(CassandraConnectionError, OptionsError):
+    """Cassandra refused the login (a wrong user or password, or none given where one is required): a usage
+    error (exit 2)."""
+
+
+class CassandraAuthorizationError(CassandraConnectionError, OptionsError):
+    """The role logged in may not read the table (no ``SELECT`` permission): a usage error (exit 2)."""
+
+
 class CassandraTimeoutError(SplitSourceError):
     """A page timed out at the smallest page size (``min_fetch_size``): transient, retried by the framework."""
 
@@ -187,13 +212,9 @@ def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple
     if options.username:
         kwargs["auth_provider"] = PlainTextAuthProvider(options.username, options.resolved_password())
     if options.ssl:
-        import ssl
-
-        context = ssl.create_default_context(cafile=options.ssl_ca_file or None)
-        if not options.ssl_ca_file:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        kwargs["ssl_context"] = context
+        kwargs["ssl_context"] = tls_context(options)
+    if options.protocol_version != "auto":
+        kwargs["protocol_version"] = int(options.protocol_version)
     kwargs["schema_metadata_enabled"] = schema_metadata
     try:
         cluster = _cluster(Cluster, options, kwargs)
@@ -207,21 +228,129 @@ def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple
         # errors is {host: exception}, or only a list of hosts when the driver never got as far as a connection
         errors = exc.errors if isinstance(exc.errors, dict) else {str(h): None for h in exc.errors or ()}
         if any(isinstance(e, AuthenticationFailed) for e in errors.values()):
-            raise CassandraConnectionError(
-                f"Cassandra at {where} refused the credentials of user '{options.username}'"
-            ) from None
+            raise CassandraAuthenticationError(_refused_credentials(options, where, errors)) from None
+        tls_problem = _tls_problem(options, errors.values())
+        if tls_problem:
+            what = "TLS with Cassandra" if options.ssl else "Cassandra"
+            raise CassandraConnectionError(f"{what} at {where} failed: {tls_problem}") from None
+        version_problem = _protocol_problem(options, errors.values())
+        if version_problem:
+            raise CassandraConnectionError(f"Cassandra at {where} {version_problem}") from None
         reasons = "; ".join(f"{h}: {type(e).__name__ if e is not None else 'no connection'}"
                             for h, e in list(errors.items())[:3])
         raise CassandraConnectionError(
             f"cannot reach Cassandra at {where} within {options.connect_timeout_s:g}s ({reasons}); "
             "check the 'hosts' and 'port' options"
         ) from None
-    except AuthenticationFailed:
+    except AuthenticationFailed as exc:
         cluster.shutdown()
-        raise CassandraConnectionError(
-            f"Cassandra at {where} refused the credentials of user '{options.username}'"
-        ) from None
+        raise CassandraAuthenticationError(_refused_credentials(options, where, {where: exc})) from None
     return cluster, session
+
+
+def _refused_credentials(options: CassandraOptions, where: str, errors: Mapping[Any, Any]) -> str:
+    if not options.username:
+        return (f"Cassandra at {where} requires a login: give -o username=... and the password in password_file or "
+                f"{PASSWORD_ENV}")
+    return f"Cassandra at {where} refused the credentials of user '{options.username}' (wrong user name or password)"
+
+
+def _tls_problem(options: CassandraOptions, errors: Iterable[Any]) -> str:
+    """One line for a TLS failure among ``errors`` (a certificate the CA did not sign, a host name it does not
+    name, a client certificate the server wants, plain text to a TLS port); empty if none. The driver sometimes
+    re-raises the handshake's error as another type carrying its text, so the text decides."""
+    import ssl
+
+    for error in errors:
+        if error is None:
+            continue
+        text = str(error)
+        if "CERTIFICATE_VERIFY_FAILED" in text or isinstance(error, ssl.SSLCertVerificationError):
+            found = re.search(r"certificate verify failed: ([^(]*)", text)
+            reason = (getattr(error, "verify_message", None) or (found.group(1) if found else text)).strip()
+            if "mismatch" in reason.lower() or "not valid for" in reason.lower():
+                return (f"the server's certificate does not name the address connected to ({reason}); connect by a "
+                        "name or address it holds, or ssl_check_hostname=false")
+            return f"the server's certificate was not verified by ssl_ca_file ({reason})"
+        if isinstance(error, ssl.SSLError) or "[SSL" in text:
+            reason = re.sub(r"\s*\(_ssl\.c:\d+\)", "", text.split("Last error: ")[-1]).strip(" ')\"")
+            if not options.ssl_cert_file and (isinstance(error, ssl.SSLEOFError) or "EOF" in text
+                                              or "CERTIFICATE_REQUIRED" in text or "alert" in text.lower()):
+                return (f"the server ended the handshake ({reason}): it may require a client certificate "
+                        "(ssl_cert_file, ssl_key_file)")
+            return reason
+        if isinstance(error, ConnectionResetError | EOFError):
+            if options.ssl:
+                return f"the server closed the connection during the handshake ({type(error).__name__})"
+            return (f"the server closed the connection ({type(error).__name__}) before speaking CQL: does it "
+                    "require TLS (ssl=true)?")
+    return ""
+
+
+def _protocol_problem(options: CassandraOptions, errors: Iterable[Any]) -> str:
+    from cassandra import ProtocolVersion
+    from cassandra.connection import ProtocolError
+
+    for error in errors:
+        if isinstance(error, ProtocolError) or "protocol version" in str(error).lower():
+            supported = ", ".join(str(v) for v in ProtocolVersion.SUPPORTED_VERSIONS)
+            return (f"does not speak native protocol v{options.protocol_version} ({error}); leave protocol_version "
+                    f"at auto, or choose one the server speaks (this driver speaks {supported})")
+    return ""
+
+
+_warned_unverified = False
+_warn_lock = threading.Lock()
+
+
+def check_tls_options(options: CassandraOptions) -> None:
+    """Refuse TLS options that would encrypt to anyone without saying so, or that cannot work together."""
+    if not options.ssl:
+        given = [n for n in ("ssl_ca_file", "ssl_cert_file", "ssl_key_file") if getattr(options, n)]
+        if given:
+            raise OptionsError(f"option '{given[0]}' is for TLS: add ssl=true")
+        return
+    if options.ssl_verify and not options.ssl_ca_file:
+        raise OptionsError("option 'ssl': TLS needs the CA that signed the servers' certificates: give "
+                           "ssl_ca_file=/path/ca.pem, or ssl_verify=false to encrypt without verifying the server")
+    if options.ssl_key_file and not options.ssl_cert_file:
+        raise OptionsError("option 'ssl_key_file': give the client certificate too (ssl_cert_file)")
+    if not options.ssl_verify and options.ssl_ca_file:
+        raise OptionsError("option 'ssl_verify': false ignores ssl_ca_file; leave one of them out")
+
+
+def tls_context(options: CassandraOptions) -> Any:
+    """The TLS context of ``options`` (checked by :func:`check_tls_options`): verifying by default, with the
+    client certificate when given. Unreadable files fail in one line naming the option."""
+    import ssl
+
+    global _warned_unverified
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if options.ssl_verify:
+        context.check_hostname = options.ssl_check_hostname
+        try:
+            context.load_verify_locations(cafile=options.ssl_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise OptionsError(f"option 'ssl_ca_file': cannot read a PEM certificate from {options.ssl_ca_file}: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
+    else:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        with _warn_lock:
+            if not _warned_unverified:
+                _warned_unverified = True
+                log.warning("ssl_verify=false: the connection is encrypted but the server is not verified; anyone "
+                            "between here and Cassandra can read and change the data")
+    if options.ssl_cert_file:
+        try:
+            context.load_cert_chain(options.ssl_cert_file, options.ssl_key_file or None,
+                                    password=options.ssl_key_password.reveal() or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise OptionsError(f"option 'ssl_cert_file': cannot load the client certificate {options.ssl_cert_file}"
+                               f"{' with ' + options.ssl_key_file if options.ssl_key_file else ''}: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
+    return context
 
 
 def _cluster(Cluster: Any, options: CassandraOptions, kwargs: dict[str, Any]) -> Any:  # noqa: N803 - the class
@@ -241,7 +370,6 @@ def _cluster(Cluster: Any, options: CassandraOptions, kwargs: dict[str, Any]) ->
         },
         connect_timeout=options.connect_timeout_s,
         control_connection_timeout=options.connect_timeout_s,
-        protocol_version=5,
         **kwargs,
     )
 
@@ -528,16 +656,19 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         super().__init__(options)
         if not self.options.host_list:
             raise OptionsError("option 'hosts': give at least one host")
+        check_tls_options(self.options)
         self._meta: tuple[list[str], list[str], pa.Schema, list[Any]] | None = None
         self._clustering: list[str] = []
         self._volatile: list[str] = []
         self._kinds: dict[str, str] = {}
+        self._cluster_name = ""
 
     def _metadata(self) -> tuple[list[str], list[str], pa.Schema, list[Any]]:
         """(partition key columns in schema order, selectors of the wanted columns, Arrow schema, converters)."""
         if self._meta is None:
             cluster, session = connect(self.options)
             try:
+                self._cluster_name = str(cluster.metadata.cluster_name or "")
                 table = _table_metadata(cluster, self.options)
                 pk = [c.name for c in table.partition_key]
                 self._clustering = [c.name for c in table.clustering_key]
@@ -552,7 +683,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                 extra = [f"{fn}({_quote(c)})" for fn, c, _ in meta]
                 prepared = _prepare_metadata(session, f"SELECT {', '.join([*(_quote(c) for c in wanted), *extra])} "
                                              f"FROM {_quote(self.options.keyspace)}.{_quote(self.options.table)} "
-                                             "LIMIT 1", bool(meta))
+                                             "LIMIT 1", bool(meta), self.options)
                 types = [col[3] for col in prepared.result_metadata][:len(wanted)]  # (keyspace, table, name, type)
                 selectors = [select_expression(t, _quote(n)) for n, t in zip(wanted, types, strict=True)] + extra
                 if self.options.where:
@@ -734,6 +865,12 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                 identity[name] = getattr(o, name)
         return identity
 
+    def origin(self) -> dict[str, Any]:
+        """The cluster read (its ``cluster_name``) and the data centre read from: a checkpoint made against one
+        cluster is refused against another that has a table of the same name."""
+        self._metadata()
+        return {"cluster": self._cluster_name, "local_dc": self.options.local_dc}
+
     def reference_rows(self) -> Iterator[tuple[Any, ...]]:
         """One plain scan of the table through the driver (see ``connectors.cassandra._reference``)."""
         _, selectors, schema, _ = self._metadata()
@@ -904,12 +1041,23 @@ def _cell_metadata(cluster: Any, table: Any, options: CassandraOptions) -> list[
     return out
 
 
-def _prepare_metadata(session: Any, query: str, with_cells: bool) -> Any:
-    """Prepare the metadata query; a server refusal of WRITETIME()/TTL() names the options."""
-    from cassandra import InvalidRequest
+def _prepare_metadata(session: Any, query: str, with_cells: bool, options: CassandraOptions) -> Any:
+    """Prepare the metadata query and run it once (``LIMIT 1``): a role that may not read the table is refused
+    here, before a copy claims its output, not in the middle of reading. A server refusal of WRITETIME()/TTL()
+    names the options."""
+    from cassandra import InvalidRequest, Unauthorized
 
     try:
-        return session.prepare(query)
+        prepared = session.prepare(query)
+        session.execute(prepared)
+        return prepared
+    except Unauthorized as exc:
+        text = str(exc)
+        found = re.search(r'message="(.*)"', text)
+        message = found.group(1) if found else text.splitlines()[0]
+        raise CassandraAuthorizationError(
+            f"user '{options.username or '(none)'}' may not read {options.keyspace}.{options.table}: {message}; "
+            f"GRANT SELECT ON TABLE {options.keyspace}.{options.table} (or its keyspace) TO that role") from None
     except InvalidRequest as exc:
         if not with_cells:
             raise

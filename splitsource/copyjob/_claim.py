@@ -85,7 +85,15 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
     found, progress = _read_identity(checkpoint)
     owner = read_owner(output)
     if found is not None:
-        differ = sorted(k for k in set(found) | set(identity) if k != "token" and found.get(k) != identity.get(k))
+        if found.get("origin") is not None and found.get("origin") != identity.get("origin"):
+            was, now = found["origin"], identity.get("origin") or {}
+            raise CheckpointError(
+                f"checkpoint {checkpoint} was made reading {_origin_text(was)}, and this copy reads "
+                f"{_origin_text(now)}: resuming would mix two sources in one output; point the copy at the cluster "
+                "it started from, or use another --checkpoint and --output")
+        # a checkpoint written before origins were recorded: the origin is not compared (and stays unrecorded)
+        compared = identity if "origin" in found else {k: v for k, v in identity.items() if k != "origin"}
+        differ = sorted(k for k in set(found) | set(compared) if k != "token" and found.get(k) != compared.get(k))
         if differ:
             raise CheckpointError(
                 f"checkpoint {checkpoint} belongs to another copy (it differs in: {', '.join(differ)}; it copies "
@@ -118,6 +126,11 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
                          "identity": identity.get("identity"), "created": _now()})
     # a checkpoint of an earlier release (no token) resumes, now owning its output
     return Claim(token, found is not None, found is None, True)
+
+
+def _origin_text(origin: Mapping[str, Any]) -> str:
+    parts = [f"{k} {v!r}" for k, v in sorted(origin.items()) if v not in ("", None)]
+    return ", ".join(parts) or "an unnamed source"
 
 
 def _now() -> str:

@@ -264,6 +264,9 @@ def copy(
     identity = {"version": 1, "connector": connector, "identity": source.identity(),
                 "source": source_fingerprint(source), "output": redact(output), "format": sink.format,
                 "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
+    origin = dict(source.origin())
+    if origin:
+        identity["origin"] = origin
     if engine != "spark":
         identity["engine"] = engine  # the engines' checkpoints differ: one engine's is refused by the other
     made = [p for p in (output, checkpoint) if not _exists(p)]
