@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
 
+# the older Cassandra lines of the version tests (tests/connectors/cassandra/test_cassandra_versions.py)
+for version in 4.0 4.1; do python scripts/cassandra.py install --version "$version" >/dev/null; done
+
 echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsource pyspark_bucketing tests scripts bench
 echo "== mypy --strict"; mypy
 echo "== pytest"

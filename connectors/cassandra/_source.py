@@ -671,6 +671,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                 self._cluster_name = str(cluster.metadata.cluster_name or "")
                 table = _table_metadata(cluster, self.options)
                 pk = [c.name for c in table.partition_key]
+                _check_can_read(session, self.options, pk)
                 self._clustering = [c.name for c in table.clustering_key]
                 wanted = [c.strip() for c in self.options.columns.split(",") if c.strip()] or list(table.columns)
                 unknown = [c for c in wanted if c not in table.columns]
@@ -683,7 +684,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                 extra = [f"{fn}({_quote(c)})" for fn, c, _ in meta]
                 prepared = _prepare_metadata(session, f"SELECT {', '.join([*(_quote(c) for c in wanted), *extra])} "
                                              f"FROM {_quote(self.options.keyspace)}.{_quote(self.options.table)} "
-                                             "LIMIT 1", bool(meta), self.options)
+                                             "LIMIT 1", bool(meta))
                 types = [col[3] for col in prepared.result_metadata][:len(wanted)]  # (keyspace, table, name, type)
                 selectors = [select_expression(t, _quote(n)) for n, t in zip(wanted, types, strict=True)] + extra
                 if self.options.where:
@@ -1041,16 +1042,28 @@ def _cell_metadata(cluster: Any, table: Any, options: CassandraOptions) -> list[
     return out
 
 
-def _prepare_metadata(session: Any, query: str, with_cells: bool, options: CassandraOptions) -> Any:
-    """Prepare the metadata query and run it once (``LIMIT 1``): a role that may not read the table is refused
-    here, before a copy claims its output, not in the middle of reading. A server refusal of WRITETIME()/TTL()
-    names the options."""
-    from cassandra import InvalidRequest, Unauthorized
+def _prepare_metadata(session: Any, query: str, with_cells: bool) -> Any:
+    """Prepare the metadata query; a server refusal of WRITETIME()/TTL() names the options."""
+    from cassandra import InvalidRequest
 
     try:
-        prepared = session.prepare(query)
-        session.execute(prepared)
-        return prepared
+        return session.prepare(query)
+    except InvalidRequest as exc:
+        if not with_cells:
+            raise
+        message = getattr(exc, "message", "") or str(exc)
+        raise OptionsError(f"options 'writetime_columns'/'ttl_columns': Cassandra refuses them: {message}") from None
+
+
+def _check_can_read(session: Any, options: CassandraOptions, pk: Sequence[str]) -> None:
+    """Read one token of the table: a role that may not read it is refused here, before a copy claims its output,
+    not in the middle of reading (preparing a query checks no permission). Only the token is read: no value the
+    driver's default decoders could not hold."""
+    from cassandra import Unauthorized
+
+    try:
+        session.execute(f"SELECT token({', '.join(_quote(c) for c in pk)}) FROM {_quote(options.keyspace)}."
+                        f"{_quote(options.table)} LIMIT 1")
     except Unauthorized as exc:
         text = str(exc)
         found = re.search(r'message="(.*)"', text)
@@ -1058,11 +1071,6 @@ def _prepare_metadata(session: Any, query: str, with_cells: bool, options: Cassa
         raise CassandraAuthorizationError(
             f"user '{options.username or '(none)'}' may not read {options.keyspace}.{options.table}: {message}; "
             f"GRANT SELECT ON TABLE {options.keyspace}.{options.table} (or its keyspace) TO that role") from None
-    except InvalidRequest as exc:
-        if not with_cells:
-            raise
-        message = getattr(exc, "message", "") or str(exc)
-        raise OptionsError(f"options 'writetime_columns'/'ttl_columns': Cassandra refuses them: {message}") from None
 
 
 _INTEGERS = frozenset({"int", "bigint", "smallint", "tinyint", "varint", "counter"})
