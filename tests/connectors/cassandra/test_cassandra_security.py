@@ -259,17 +259,23 @@ def test_a_certificate_for_another_address_is_refused_unless_hostname_checking_i
         server.close()
 
 
-def test_protocol_v4_can_be_forced(secure: Secure) -> None:
+def test_protocol_v4_can_be_forced_on_cassandra_5(secure: Secure, tmp_path: Path) -> None:
     from connectors.cassandra import CassandraSource
     from connectors.cassandra._source import connect
 
-    source = CassandraSource(secure.options(protocol_version="4"))
-    cluster, _ = connect(source.options)
+    options = secure.options(protocol_version="4")
+    cluster, _ = connect(CassandraSource(options).options)
     try:
-        assert cluster.protocol_version == 4
+        assert cluster.protocol_version == 4 and cluster.metadata.get_host(secure.address).release_version >= "5.0"
     finally:
         cluster.shutdown()
-    assert source.schema().names == ["id", "item"]
+    out = tmp_path / "out"
+    result = cli("copy", "--engine", "local", "--connector", "cassandra", *flags(options), "--output", str(out),
+                 "--quiet")
+    assert result.returncode == 0, result.stderr
+    table = ds.dataset(str(out), format="parquet").to_table().to_pydict()
+    assert sorted(table["id"]) == list(range(ROWS))
+    assert all(item == f"item-{i}" for i, item in zip(table["id"], table["item"], strict=True))
 
 
 def test_a_checkpoint_of_one_cluster_is_refused_against_another(secure: Secure, cassandra: Any,
