@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from connectors.cassandra import CassandraSource  # noqa: E402
-from connectors.cassandra._source import CassandraOptions, gather_estimates, plan_ring  # noqa: E402
+from connectors.cassandra._options import CassandraOptions  # noqa: E402
+from connectors.cassandra._planner import gather_estimates, plan_ring  # noqa: E402
 from connectors.cassandra._tokens import PARTITIONERS, PlanEntry  # noqa: E402
 from splitsource._offsets import _LIVE, PlanStore, initial_offset, next_offset, source_fingerprint  # noqa: E402
 from splitsource._options import parse_options  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from connectors.cassandra._source import CASSANDRA_SPLIT_SERIALIZER, CassandraSplit
+from connectors.cassandra._splits import CASSANDRA_SPLIT_SERIALIZER, CassandraSplit
 from connectors.generator import GeneratorPosition, GeneratorSource, GeneratorSplit
 from serializers import SimpleVersionedSerializer
 from splitsource import EnumeratorState, EnumeratorStateSerializer

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.cassandra import CassandraOptions, CassandraSource
-from connectors.cassandra._source import CassandraSplitReader
+from connectors.cassandra._reader import CassandraSplitReader
 from splitsource import RecordsBySplits, option
 
 _failures = itertools.count()
@@ -36,7 +36,7 @@ def _failed(gate: Path, error: BaseException) -> None:
 
 class _GatedReader(CassandraSplitReader):
     def __init__(self, source: GatedCassandraSource) -> None:
-        super().__init__(source)
+        super().__init__(source.options, source.select_cql(), source.token_of)
         self._gate = Path(source.options.gate)
         self._gate_page = source.options.gate_page
         self._pages: dict[str, int] = {}

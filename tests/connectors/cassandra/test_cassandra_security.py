@@ -261,7 +261,7 @@ def test_a_certificate_for_another_address_is_refused_unless_hostname_checking_i
 
 def test_protocol_v4_can_be_forced_on_cassandra_5(secure: Secure, tmp_path: Path) -> None:
     from connectors.cassandra import CassandraSource
-    from connectors.cassandra._source import connect
+    from connectors.cassandra._session import connect
 
     options = secure.options(protocol_version="4")
     cluster, _ = connect(CassandraSource(options).options)

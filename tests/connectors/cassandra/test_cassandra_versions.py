@@ -84,7 +84,7 @@ def test_spark_read_is_exact_to_the_inserted_values(node: Versioned, spark: Any)
 
 def test_the_negotiated_protocol_is_the_newest_both_speak(node: Versioned) -> None:
     from connectors.cassandra import CassandraSource
-    from connectors.cassandra._source import connect
+    from connectors.cassandra._session import connect
 
     for forced, expected in (("auto", 5), ("4", 4)):
         cluster, _ = connect(CassandraSource(node.options(protocol_version=forced)).options)

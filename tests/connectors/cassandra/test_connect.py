@@ -9,7 +9,8 @@ from unittest import mock
 import pytest
 
 from connectors.cassandra import CassandraConnectionError
-from connectors.cassandra._source import CassandraOptions, connect
+from connectors.cassandra._options import CassandraOptions
+from connectors.cassandra._session import connect
 from splitsource import parse_options
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from connectors.cassandra import CassandraOptions, CassandraSource
-from connectors.cassandra._source import CassandraSplit, CassandraSplitReader
+from connectors.cassandra._reader import CassandraSplitReader
+from connectors.cassandra._splits import CassandraSplit
 from splitsource import option
 
 _timeouts = itertools.count()
@@ -34,7 +35,7 @@ class _TimeoutPagesReader(CassandraSplitReader):
         from cassandra import OperationTimedOut
 
         result = super()._request(split, page_size)
-        options = self._source.options
+        options = self._options
         assert isinstance(options, TimeoutPagesOptions)
         if result is not None and len(result.current_rows) > options.max_page:
             (Path(options.proof) / f"timeout-{os.getpid()}-{next(_timeouts)}").write_text(str(page_size))
@@ -50,4 +51,4 @@ class TimeoutPagesSource(CassandraSource):
     def create_split_reader(self) -> CassandraSplitReader:
         assert isinstance(self.options, TimeoutPagesOptions)
         (Path(self.options.proof) / f"select-{os.getpid()}-{next(_timeouts)}").write_text(self.select_cql())
-        return _TimeoutPagesReader(self)
+        return _TimeoutPagesReader(self.options, self.select_cql(), self.token_of)

@@ -1,0 +1,141 @@
+"""The split reader (one page per fetch, resumable by paging state, shrinking pages on timeouts) and the emitter."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.cassandra._options import CassandraOptions
+from connectors.cassandra._session import CassandraTimeoutError, connect
+from connectors.cassandra._splits import CassandraSplit, CassandraSplitState
+from connectors.cassandra._types import exact_protocol_handler
+from splitsource import ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, SplitState
+
+__all__ = ["CassandraEmitter", "CassandraSplitReader"]
+
+
+# (rows of one page or None, paging state after it, the page size it was read with); rows None: a notice that
+# the page size shrank, with nothing read
+_Raw = tuple[list[tuple[Any, ...]] | None, bytes | None, int]
+
+
+class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
+    """One session and one prepared statement per reader; one page per fetch, resumable by paging state.
+
+    Wide partitions: a page that times out (the coordinator's ``ReadTimeout`` or the client's
+    ``OperationTimedOut``) is asked for again from the same paging state with half as many rows, down to
+    ``min_fetch_size``; only a timeout at that floor goes to the framework's retry (with its backoff). The split
+    keeps its smaller page size for the rest of it, in its state too, so a retry or a resumed copy does not time
+    out its way down again. Each shrink is a ``page_shrunk`` event, and the partition the next page starts in a
+    ``hot_partition`` event naming its token.
+    """
+
+    def __init__(self, options: CassandraOptions, select_cql: str,
+                 token_of: Callable[[Any, Sequence[Sequence[Any]]], str]) -> None:
+        """``select_cql``: the split query (bound to a split's start and end tokens); ``token_of(session, rows)``:
+        the token of the rows' partition, as text (for ``hot_partition`` events)."""
+        from cassandra import ConsistencyLevel, OperationTimedOut, ReadTimeout
+
+        self._token_of = token_of
+        self._options = options
+        self._cluster, self._session = connect(self._options, schema_metadata=False)
+        self._session.client_protocol_handler = exact_protocol_handler()  # see connectors.cassandra._types
+        self._statement = self._session.prepare(select_cql)
+        self._statement.consistency_level = getattr(ConsistencyLevel, self._options.consistency)
+        self._statement.fetch_size = self._options.fetch_size
+        self._timeouts = (ReadTimeout, OperationTimedOut)
+        # the head split's paging state: where its next page starts (None: at its beginning)
+        self._queue: SplitQueue[CassandraSplit, bytes | None] = SplitQueue(lambda split: split.paging_state)
+        self._page_sizes: dict[str, int] = {}
+        self._shrunk: set[str] = set()  # splits whose next page names the hot partition
+        self._woken = threading.Event()
+
+    def add_splits(self, splits: Sequence[CassandraSplit]) -> None:
+        self._queue.add(splits)
+
+    def _request(self, split: CassandraSplit, page_size: int) -> Any:
+        """One page of ``split`` from the current paging state; None when woken up before it came."""
+        done = threading.Event()
+        bound = self._statement.bind((split.start, split.end))
+        bound.fetch_size = page_size
+        future = self._session.execute_async(bound, paging_state=self._queue.position,
+                                             timeout=self._options.request_timeout_s)
+        future.add_callbacks(lambda _: done.set(), lambda _: done.set())
+        while not done.wait(0.05):
+            if self._woken.is_set():
+                self._woken.clear()
+                return None  # the page is requested again by the next fetch: reads are idempotent
+        return future.result()  # raises the request's error, if any
+
+    def fetch(self) -> RecordsBySplits[_Raw]:
+        split = self._queue.head
+        if split is None:
+            return RecordsBySplits()
+        if split.done:
+            self._queue.pop()
+            return RecordsBySplits.finished_only(split.split_id)
+        page_size = self._page_sizes.setdefault(split.split_id, split.page_size or self._options.fetch_size)
+        try:
+            result = self._request(split, page_size)
+        except self._timeouts as exc:
+            floor = min(self._options.min_fetch_size, self._options.fetch_size)
+            if page_size <= floor:  # the framework retries from the split state, with its backoff
+                raise CassandraTimeoutError(
+                    f"a page of {page_size} rows (min_fetch_size) timed out ({type(exc).__name__}: {exc}); a "
+                    f"partition too wide for request_timeout_s={self._options.request_timeout_s:g}, or a node "
+                    "overloaded") from exc
+            smaller = max(floor, page_size // 2)
+            self._page_sizes[split.split_id] = smaller
+            self._shrunk.add(split.split_id)
+            event = ReadEvent("page_shrunk", split.split_id, f"{type(exc).__name__} on a page of {page_size} rows; "
+                                                             f"reading on from there with pages of {smaller}")
+            return RecordsBySplits([(split.split_id, (None, self._queue.position, smaller))], events=(event,))
+        if result is None:
+            return RecordsBySplits()
+        rows = list(result.current_rows)
+        next_state = result.paging_state
+        events: tuple[ReadEvent, ...] = ()
+        if split.split_id in self._shrunk and rows:
+            self._shrunk.discard(split.split_id)
+            events = (ReadEvent("hot_partition", split.split_id, f"{self._token_of(self._session, rows)}, "
+                                                                 f"read in pages of {page_size} rows"),)
+        batches = [(split.split_id, (rows, next_state, page_size))] if rows or next_state is None else []
+        if next_state is not None:
+            self._queue.position = next_state
+            return RecordsBySplits(batches, events=events)
+        self._queue.pop()
+        self._page_sizes.pop(split.split_id, None)
+        return RecordsBySplits(batches, frozenset({split.split_id}), events)
+
+    def wake_up(self) -> None:
+        self._woken.set()
+
+    def close(self) -> None:
+        self._cluster.shutdown()
+
+
+class CassandraEmitter(RecordEmitter[_Raw, CassandraSplit]):
+    """Rows (tuples) to one Arrow batch, column by column; sets the state to the page's paging state."""
+
+    def __init__(self, schema: pa.Schema, converters: Sequence[Any]) -> None:
+        self._schema = schema
+        self._converters = converters
+
+    def emit(self, raw: _Raw, state: SplitState[CassandraSplit]) -> pa.RecordBatch | None:
+        assert isinstance(state, CassandraSplitState)
+        rows, next_state, page_size = raw
+        state.page_size = page_size
+        if rows is None:  # the page size shrank; nothing was read
+            return None
+        state.paging_state = next_state
+        state.done = next_state is None
+        state.rows += len(rows)
+        if not rows:
+            return None
+        columns = list(zip(*rows, strict=True))
+        return pa.RecordBatch.from_arrays(
+            [convert(list(col)) for convert, col in zip(self._converters, columns, strict=True)], schema=self._schema
+        )

@@ -1,0 +1,229 @@
+"""Connecting to Cassandra: the driver's cluster and session from the options (protocol, login, TLS), and every way it
+fails as one line."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from connectors.cassandra._options import PASSWORD_ENV, CassandraOptions
+from splitsource import OptionsError, SplitSourceError
+
+__all__ = [
+    "CassandraAuthenticationError",
+    "CassandraAuthorizationError",
+    "CassandraConnectionError",
+    "CassandraTimeoutError",
+    "check_tls_options",
+    "connect",
+    "tls_context",
+]
+
+log = logging.getLogger("splitsource.cassandra")
+
+
+class CassandraConnectionError(SplitSourceError, ConnectionError):
+    """Cassandra could not be reached, refused the credentials, or has no such keyspace or table."""
+
+
+class CassandraAuthenticationError(CassandraConnectionError, OptionsError):
+    """Cassandra refused the login (a wrong user or password, or none given where one is required): a usage
+    error (exit 2)."""
+
+
+class CassandraAuthorizationError(CassandraConnectionError, OptionsError):
+    """The role logged in may not read the table (no ``SELECT`` permission): a usage error (exit 2)."""
+
+
+class CassandraTimeoutError(SplitSourceError):
+    """A page timed out at the smallest page size (``min_fetch_size``): transient, retried by the framework."""
+
+
+def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple[Any, Any]:
+    """A (cluster, session) pair; every failure becomes one clear :class:`CassandraConnectionError`."""
+    from cassandra import AuthenticationFailed
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import Cluster, NoHostAvailable, UnresolvableContactPoints
+
+    kwargs: dict[str, Any] = {}
+    if options.username:
+        kwargs["auth_provider"] = PlainTextAuthProvider(options.username, options.resolved_password())
+    if options.ssl:
+        kwargs["ssl_context"] = tls_context(options)
+    if options.protocol_version != "auto":
+        kwargs["protocol_version"] = int(options.protocol_version)
+    kwargs["schema_metadata_enabled"] = schema_metadata
+    try:
+        cluster = _cluster(Cluster, options, kwargs)
+    except UnresolvableContactPoints:
+        raise OptionsError(f"option 'hosts': no address found for {options.hosts}") from None
+    where = f"{options.hosts}:{options.port}"
+    try:
+        session = cluster.connect()
+    except NoHostAvailable as exc:
+        cluster.shutdown()
+        # errors is {host: exception}, or only a list of hosts when the driver never got as far as a connection
+        errors = exc.errors if isinstance(exc.errors, dict) else {str(h): None for h in exc.errors or ()}
+        if any(isinstance(e, AuthenticationFailed) for e in errors.values()):
+            raise CassandraAuthenticationError(_refused_credentials(options, where, errors)) from None
+        tls_problem = _tls_problem(options, errors.values())
+        if tls_problem:
+            what = "TLS with Cassandra" if options.ssl else "Cassandra"
+            raise CassandraConnectionError(f"{what} at {where} failed: {tls_problem}") from None
+        version_problem = _protocol_problem(options, errors.values())
+        if version_problem:
+            raise CassandraConnectionError(f"Cassandra at {where} {version_problem}") from None
+        reasons = "; ".join(f"{h}: {type(e).__name__ if e is not None else 'no connection'}"
+                            for h, e in list(errors.items())[:3])
+        raise CassandraConnectionError(
+            f"cannot reach Cassandra at {where} within {options.connect_timeout_s:g}s ({reasons}); "
+            "check the 'hosts' and 'port' options"
+        ) from None
+    except AuthenticationFailed as exc:
+        cluster.shutdown()
+        raise CassandraAuthenticationError(_refused_credentials(options, where, {where: exc})) from None
+    return cluster, session
+
+
+def _refused_credentials(options: CassandraOptions, where: str, errors: Mapping[Any, Any]) -> str:
+    if not options.username:
+        return (f"Cassandra at {where} requires a login: give -o username=... and the password in password_file or "
+                f"{PASSWORD_ENV}")
+    return f"Cassandra at {where} refused the credentials of user '{options.username}' (wrong user name or password)"
+
+
+def _tls_problem(options: CassandraOptions, errors: Iterable[Any]) -> str:
+    """One line for a TLS failure among ``errors`` (a certificate the CA did not sign, a host name it does not
+    name, a client certificate the server wants, plain text to a TLS port); empty if none. The driver sometimes
+    re-raises the handshake's error as another type carrying its text, so the text decides."""
+    import ssl
+
+    for error in errors:
+        if error is None:
+            continue
+        text = str(error)
+        if "CERTIFICATE_VERIFY_FAILED" in text or isinstance(error, ssl.SSLCertVerificationError):
+            found = re.search(r"certificate verify failed: ([^(]*)", text)
+            reason = (getattr(error, "verify_message", None) or (found.group(1) if found else text)).strip()
+            if "mismatch" in reason.lower() or "not valid for" in reason.lower():
+                return (f"the server's certificate does not name the address connected to ({reason}); connect by a "
+                        "name or address it holds, or ssl_check_hostname=false")
+            return f"the server's certificate was not verified by ssl_ca_file ({reason})"
+        if isinstance(error, ssl.SSLError) or "[SSL" in text:
+            reason = re.sub(r"\s*\(_ssl\.c:\d+\)", "", text.split("Last error: ")[-1]).strip(" ')\"")
+            if not options.ssl_cert_file and (isinstance(error, ssl.SSLEOFError) or "EOF" in text
+                                              or "CERTIFICATE_REQUIRED" in text or "alert" in text.lower()):
+                return (f"the server ended the handshake ({reason}): it may require a client certificate "
+                        "(ssl_cert_file, ssl_key_file)")
+            return reason
+        if isinstance(error, ConnectionResetError | EOFError):
+            if options.ssl:
+                return f"the server closed the connection during the handshake ({type(error).__name__})"
+            return (f"the server closed the connection ({type(error).__name__}) before speaking CQL: does it "
+                    "require TLS (ssl=true)?")
+    return ""
+
+
+def _protocol_problem(options: CassandraOptions, errors: Iterable[Any]) -> str:
+    from cassandra import ProtocolVersion
+    from cassandra.connection import ProtocolError
+
+    for error in errors:
+        if isinstance(error, ProtocolError) or "protocol version" in str(error).lower():
+            supported = ", ".join(str(v) for v in ProtocolVersion.SUPPORTED_VERSIONS)
+            return (f"does not speak native protocol v{options.protocol_version} ({error}); leave protocol_version "
+                    f"at auto, or choose one the server speaks (this driver speaks {supported})")
+    return ""
+
+
+_warned_unverified = False
+_warn_lock = threading.Lock()
+
+
+def check_tls_options(options: CassandraOptions) -> None:
+    """Refuse TLS options that would encrypt to anyone without saying so, or that cannot work together."""
+    if not options.ssl:
+        given = [n for n in ("ssl_ca_file", "ssl_cert_file", "ssl_key_file") if getattr(options, n)]
+        if given:
+            raise OptionsError(f"option '{given[0]}' is for TLS: add ssl=true")
+        return
+    if options.ssl_verify and not options.ssl_ca_file:
+        raise OptionsError("option 'ssl': TLS needs the CA that signed the servers' certificates: give "
+                           "ssl_ca_file=/path/ca.pem, or ssl_verify=false to encrypt without verifying the server")
+    if options.ssl_key_file and not options.ssl_cert_file:
+        raise OptionsError("option 'ssl_key_file': give the client certificate too (ssl_cert_file)")
+    if not options.ssl_verify and options.ssl_ca_file:
+        raise OptionsError("option 'ssl_verify': false ignores ssl_ca_file; leave one of them out")
+
+
+def tls_context(options: CassandraOptions) -> Any:
+    """The TLS context of ``options`` (checked by :func:`check_tls_options`): verifying by default, with the
+    client certificate when given. Unreadable files fail in one line naming the option."""
+    import ssl
+
+    global _warned_unverified
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if options.ssl_verify:
+        context.check_hostname = options.ssl_check_hostname
+        try:
+            context.load_verify_locations(cafile=options.ssl_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise OptionsError(f"option 'ssl_ca_file': cannot read a PEM certificate from {options.ssl_ca_file}: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
+    else:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        with _warn_lock:
+            if not _warned_unverified:
+                _warned_unverified = True
+                log.warning("ssl_verify=false: the connection is encrypted but the server is not verified; anyone "
+                            "between here and Cassandra can read and change the data")
+    if options.ssl_cert_file:
+        try:
+            context.load_cert_chain(options.ssl_cert_file, options.ssl_key_file or None,
+                                    password=options.ssl_key_password.reveal() or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise OptionsError(f"option 'ssl_cert_file': cannot load the client certificate {options.ssl_cert_file}"
+                               f"{' with ' + options.ssl_key_file if options.ssl_key_file else ''}: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
+    return context
+
+
+def _cluster(Cluster: Any, options: CassandraOptions, kwargs: dict[str, Any]) -> Any:  # noqa: N803 - the class
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.query import tuple_factory
+
+    return Cluster(
+        options.host_list,
+        port=options.port,
+        execution_profiles={
+            EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.local_dc or None)),
+                request_timeout=options.request_timeout_s,
+                row_factory=tuple_factory,
+            )
+        },
+        connect_timeout=options.connect_timeout_s,
+        control_connection_timeout=options.connect_timeout_s,
+        **kwargs,
+    )
+
+
+def _table_metadata(cluster: Any, options: CassandraOptions) -> Any:
+    keyspace = cluster.metadata.keyspaces.get(options.keyspace)
+    if keyspace is None:
+        raise CassandraConnectionError(
+            f"option 'keyspace': keyspace '{options.keyspace}' does not exist at {options.hosts}"
+        )
+    table = keyspace.tables.get(options.table)
+    if table is None:
+        raise CassandraConnectionError(
+            f"option 'table': table '{options.keyspace}.{options.table}' does not exist; tables: "
+            f"{', '.join(sorted(keyspace.tables)) or '(none)'}"
+        )
+    return table
