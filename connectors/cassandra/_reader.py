@@ -9,12 +9,14 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.cassandra._options import CassandraOptions
-from connectors.cassandra._session import CassandraTimeoutError, connect
+from connectors.cassandra._session import CassandraTimeoutError, CassandraUnavailableError, RangeReplicas, connect
 from connectors.cassandra._splits import CassandraSplit, CassandraSplitState
 from connectors.cassandra._types import exact_protocol_handler
 from splitsource import ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, SplitState
 
 __all__ = ["CassandraEmitter", "CassandraSplitReader"]
+
+MAX_REPLICA_DOWN_RETRIES = 5  # per split: a page that keeps timing out with a replica down then shrinks as usual
 
 
 # (rows of one page or None, paging state after it, the page size it was read with); rows None: a notice that
@@ -31,6 +33,12 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
     keeps its smaller page size for the rest of it, in its state too, so a retry or a resumed copy does not time
     out its way down again. Each shrink is a ``page_shrunk`` event, and the partition the next page starts in a
     ``hot_partition`` event naming its token.
+
+    Lost replicas: each page goes to a live replica of its range first (``range_replicas_first``). A timeout while
+    a replica of the split is down (as the driver sees it: its connections closed) is not a wide partition: the page
+    is asked for again at the same size, from a live replica, and the summary gets a ``replica_down`` event naming
+    the node. ``Unavailable`` (too few replicas alive for ``consistency``) and no live node in ``local_dc`` are
+    raised as transient errors that say so, retried by the framework until its budget runs out.
     """
 
     def __init__(self, options: CassandraOptions, select_cql: str,
@@ -42,11 +50,22 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         self._token_of = token_of
         self._options = options
         self._cluster, self._session = connect(self._options, schema_metadata=False)
+        self._replicas = RangeReplicas(self._cluster, self._session, options.keyspace)
+        self._downs = _DownNodes()
+        self._cluster.register_listener(self._downs)
+        for host in self._cluster.metadata.all_hosts():  # down before this reader connected
+            if host.is_up is False:
+                self._downs.on_down(host)
+        self._replica_retries: dict[str, int] = {}
         self._session.client_protocol_handler = exact_protocol_handler()  # see connectors.cassandra._types
         self._statement = self._session.prepare(select_cql)
         self._statement.consistency_level = getattr(ConsistencyLevel, self._options.consistency)
         self._statement.fetch_size = self._options.fetch_size
+        from cassandra import Unavailable
+        from cassandra.cluster import NoHostAvailable
+
         self._timeouts = (ReadTimeout, OperationTimedOut)
+        self._unavailable, self._no_host = Unavailable, NoHostAvailable
         # the head split's paging state: where its next page starts (None: at its beginning)
         self._queue: SplitQueue[CassandraSplit, bytes | None] = SplitQueue(lambda split: split.paging_state)
         self._page_sizes: dict[str, int] = {}
@@ -61,6 +80,7 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         done = threading.Event()
         bound = self._statement.bind((split.start, split.end))
         bound.fetch_size = page_size
+        bound.replicas = self._replicas.of(split.end)  # read by range_replicas_first
         future = self._session.execute_async(bound, paging_state=self._queue.position,
                                              timeout=self._options.request_timeout_s)
         future.add_callbacks(lambda _: done.set(), lambda _: done.set())
@@ -80,7 +100,19 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         page_size = self._page_sizes.setdefault(split.split_id, split.page_size or self._options.fetch_size)
         try:
             result = self._request(split, page_size)
+        except self._unavailable as exc:
+            raise self._unavailable_error(split, exc) from exc
+        except self._no_host as exc:
+            raise self._no_host_error(exc) from exc
         except self._timeouts as exc:
+            down = [h.address for h in self._replicas.of(split.end) if not h.is_up]
+            retries = self._replica_retries.get(split.split_id, 0)
+            if down and retries < MAX_REPLICA_DOWN_RETRIES:
+                self._replica_retries[split.split_id] = retries + 1
+                event = ReadEvent("replica_down", split.split_id, f"{type(exc).__name__} on a page of {page_size} "
+                                                                  f"rows while {', '.join(sorted(down))} is down; "
+                                                                  "read again from a live replica at the same size")
+                return RecordsBySplits(events=(event,))
             floor = min(self._options.min_fetch_size, self._options.fetch_size)
             if page_size <= floor:  # the framework retries from the split state, with its backoff
                 raise CassandraTimeoutError(
@@ -95,12 +127,17 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
             return RecordsBySplits([(split.split_id, (None, self._queue.position, smaller))], events=(event,))
         if result is None:
             return RecordsBySplits()
+        events: tuple[ReadEvent, ...] = ()
+        lost = self._downs.take()
+        if lost:
+            events += tuple(ReadEvent("node_down", split.split_id, f"{address} is down (the driver lost its "
+                                                                   "connections); read on from other replicas")
+                            for address in lost)
         rows = list(result.current_rows)
         next_state = result.paging_state
-        events: tuple[ReadEvent, ...] = ()
         if split.split_id in self._shrunk and rows:
             self._shrunk.discard(split.split_id)
-            events = (ReadEvent("hot_partition", split.split_id, f"{self._token_of(self._session, rows)}, "
+            events += (ReadEvent("hot_partition", split.split_id, f"{self._token_of(self._session, rows)}, "
                                                                  f"read in pages of {page_size} rows"),)
         batches = [(split.split_id, (rows, next_state, page_size))] if rows or next_state is None else []
         if next_state is not None:
@@ -110,11 +147,62 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         self._page_sizes.pop(split.split_id, None)
         return RecordsBySplits(batches, frozenset({split.split_id}), events)
 
+    def _unavailable_error(self, split: CassandraSplit, exc: Any) -> CassandraUnavailableError:
+        up = sorted(h.address for h in self._replicas.of(split.end) if h.is_up)
+        return CassandraUnavailableError(
+            f"consistency {self._options.consistency} needs {exc.required_replicas} replica(s) of "
+            f"{split.split_id} alive, the coordinator counts {exc.alive_replicas} (up as this reader sees them: "
+            f"{', '.join(up) or 'none'}); bring the nodes back or lower the 'consistency' option")
+
+    def _no_host_error(self, exc: Any) -> CassandraUnavailableError:
+        hosts = list(self._cluster.metadata.all_hosts())
+        up = sorted(f"{h.address} ({h.datacenter})" for h in hosts if h.is_up)
+        where = f"data centre '{self._options.local_dc}' (local_dc)" if self._options.local_dc else "the cluster"
+        return CassandraUnavailableError(f"no node of {where} is up to read from ({exc}); nodes up: "
+                                         f"{', '.join(up) or 'none'}")
+
     def wake_up(self) -> None:
         self._woken.set()
 
     def close(self) -> None:
         self._cluster.shutdown()
+
+
+_reported_down: set[str] = set()  # nodes this process has reported down (readers come and go; one event each)
+_reported_lock = threading.Lock()
+
+
+class _DownNodes:
+    """A host state listener (the driver calls it from its own threads): the nodes that went down, each reported
+    once a process until it comes back up."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._down: list[str] = []
+
+    def on_down(self, host: Any) -> None:
+        address = str(host.address)
+        with _reported_lock:
+            if address in _reported_down:
+                return
+            _reported_down.add(address)
+        with self._lock:
+            self._down.append(address)
+
+    def take(self) -> list[str]:
+        with self._lock:
+            down, self._down = self._down, []
+        return down
+
+    def on_up(self, host: Any) -> None:
+        with _reported_lock:
+            _reported_down.discard(str(host.address))
+
+    def on_add(self, host: Any) -> None:
+        pass
+
+    def on_remove(self, host: Any) -> None:
+        pass
 
 
 class CassandraEmitter(RecordEmitter[_Raw, CassandraSplit]):

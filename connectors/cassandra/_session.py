@@ -3,10 +3,12 @@ fails as one line."""
 
 from __future__ import annotations
 
+import bisect
 import logging
+import random
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from connectors.cassandra._options import PASSWORD_ENV, CassandraOptions
@@ -17,6 +19,9 @@ __all__ = [
     "CassandraAuthorizationError",
     "CassandraConnectionError",
     "CassandraTimeoutError",
+    "CassandraUnavailableError",
+    "RangeReplicas",
+    "range_replicas_first",
     "check_tls_options",
     "connect",
     "tls_context",
@@ -36,6 +41,11 @@ class CassandraAuthenticationError(CassandraConnectionError, OptionsError):
 
 class CassandraAuthorizationError(CassandraConnectionError, OptionsError):
     """The role logged in may not read the table (no ``SELECT`` permission): a usage error (exit 2)."""
+
+
+class CassandraUnavailableError(SplitSourceError):
+    """Too few replicas alive for the read's consistency, or no live node in ``local_dc``: transient, retried by the
+    framework until its budget runs out."""
 
 
 class CassandraTimeoutError(SplitSourceError):
@@ -203,7 +213,8 @@ def _cluster(Cluster: Any, options: CassandraOptions, kwargs: dict[str, Any]) ->
         port=options.port,
         execution_profiles={
             EXEC_PROFILE_DEFAULT: ExecutionProfile(
-                load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.local_dc or None)),
+                load_balancing_policy=range_replicas_first(
+                    TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=options.local_dc or None))),
                 request_timeout=options.request_timeout_s,
                 row_factory=tuple_factory,
             )
@@ -227,3 +238,88 @@ def _table_metadata(cluster: Any, options: CassandraOptions) -> Any:
             f"{', '.join(sorted(keyspace.tables)) or '(none)'}"
         )
     return table
+
+
+def range_replicas_first(child: Any) -> Any:
+    """A load-balancing policy that sends a statement carrying ``replicas`` (the hosts holding its token range) to
+    those replicas first, the live ones of the local data centre in random order, then to the rest of ``child``'s
+    plan; any other statement goes by ``child``.
+
+    A range read coordinated by a replica reads that replica (production snitches sort the coordinator first), so a
+    replica that dies costs only the requests it coordinated, which the driver sends on to the next host at once: a
+    coordinator that is not a replica would wait for the dead one until the cluster's failure detector convicts it
+    (10-20 s measured here), then time out.
+    """
+    from cassandra.policies import HostDistance, LoadBalancingPolicy
+
+    class RangeReplicasFirstPolicy(LoadBalancingPolicy):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.child = child
+
+        def populate(self, cluster: Any, hosts: Any) -> None:
+            self.child.populate(cluster, hosts)
+
+        def check_supported(self) -> None:
+            self.child.check_supported()
+
+        def distance(self, host: Any) -> Any:
+            return self.child.distance(host)
+
+        def make_query_plan(self, working_keyspace: Any = None, query: Any = None) -> Iterator[Any]:
+            replicas = getattr(query, "replicas", None)
+            if not replicas:
+                yield from self.child.make_query_plan(working_keyspace, query)
+                return
+            first = [h for h in replicas if h.is_up and self.child.distance(h) == HostDistance.LOCAL]
+            random.shuffle(first)
+            yield from first
+            for host in self.child.make_query_plan(working_keyspace, query):
+                if host not in first:
+                    yield host
+
+        def on_up(self, host: Any) -> None:
+            self.child.on_up(host)
+
+        def on_down(self, host: Any) -> None:
+            self.child.on_down(host)
+
+        def on_add(self, host: Any) -> None:
+            self.child.on_add(host)
+
+        def on_remove(self, host: Any) -> None:
+            self.child.on_remove(host)
+
+    return RangeReplicasFirstPolicy()
+
+
+class RangeReplicas:
+    """The hosts that hold each token range of a keyspace, from the driver's token map (kept current by the driver)
+    and the keyspace's replication (read once): a reader's session runs without the driver's schema metadata."""
+
+    def __init__(self, cluster: Any, session: Any, keyspace: str) -> None:
+        from cassandra.metadata import ReplicationStrategy
+
+        self._cluster = cluster
+        row = session.execute("SELECT replication FROM system_schema.keyspaces WHERE keyspace_name = %s",
+                              (keyspace,)).one()
+        replication = dict(row[0]) if row is not None else {}
+        strategy_class = replication.pop("class", "")
+        self._strategy = ReplicationStrategy.create(strategy_class, replication) if strategy_class else None
+        self._built_for: Any = None
+        self._by_token: dict[Any, list[Any]] = {}
+        self._ring: list[Any] = []
+
+    def of(self, end: int) -> list[Any]:
+        """The replicas of the range ending at token ``end`` (empty when the driver has no token map)."""
+        token_map = self._cluster.metadata.token_map
+        if token_map is None or self._strategy is None:
+            return []
+        if self._built_for is not token_map:  # the driver replaces its token map when the ring changes
+            self._by_token = self._strategy.make_token_replica_map(token_map.token_to_host_owner, token_map.ring)
+            self._ring = token_map.ring
+            self._built_for = token_map
+        if not self._ring:
+            return []
+        point = bisect.bisect_left(self._ring, token_map.token_class(end))
+        return list(self._by_token.get(self._ring[point % len(self._ring)], ()))

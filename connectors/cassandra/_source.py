@@ -38,6 +38,7 @@ from connectors.cassandra._reference import reference_rows
 from connectors.cassandra._session import (
     CassandraConnectionError,
     CassandraTimeoutError,
+    CassandraUnavailableError,
     _table_metadata,
     check_tls_options,
     connect,
@@ -220,7 +221,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         from cassandra.connection import ConnectionException
 
         transient = (ReadTimeout, Unavailable, ReadFailure, OperationTimedOut, NoHostAvailable, ConnectionException,
-                     CassandraConnectionError, CassandraTimeoutError, ConnectionError)
+                     CassandraConnectionError, CassandraTimeoutError, CassandraUnavailableError, ConnectionError)
         return isinstance(error, transient) or super().is_transient(error)
 
     def push_predicates(self, predicates: Sequence[Predicate]) -> tuple[Mapping[str, str], Sequence[int]]:
