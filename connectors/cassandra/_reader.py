@@ -103,7 +103,11 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         except self._unavailable as exc:
             raise self._unavailable_error(split, exc) from exc
         except self._no_host as exc:
-            raise self._no_host_error(exc) from exc
+            errors = exc.errors.values() if isinstance(exc.errors, dict) else ()
+            unavailable = [e for e in errors if isinstance(e, self._unavailable)]  # after the retry on another host
+            if unavailable:
+                raise self._unavailable_error(split, unavailable[0]) from exc
+            raise self._no_host_error() from exc
         except self._timeouts as exc:
             down = [h.address for h in self._replicas.of(split.end) if not h.is_up]
             retries = self._replica_retries.get(split.split_id, 0)
@@ -154,12 +158,11 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
             f"{split.split_id} alive, the coordinator counts {exc.alive_replicas} (up as this reader sees them: "
             f"{', '.join(up) or 'none'}); bring the nodes back or lower the 'consistency' option")
 
-    def _no_host_error(self, exc: Any) -> CassandraUnavailableError:
+    def _no_host_error(self) -> CassandraUnavailableError:
         hosts = list(self._cluster.metadata.all_hosts())
         up = sorted(f"{h.address} ({h.datacenter})" for h in hosts if h.is_up)
         where = f"data centre '{self._options.local_dc}' (local_dc)" if self._options.local_dc else "the cluster"
-        return CassandraUnavailableError(f"no node of {where} is up to read from ({exc}); nodes up: "
-                                         f"{', '.join(up) or 'none'}")
+        return CassandraUnavailableError(f"no node of {where} is up to read from; nodes up: {', '.join(up) or 'none'}")
 
     def wake_up(self) -> None:
         self._woken.set()
