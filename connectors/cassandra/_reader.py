@@ -51,7 +51,7 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         self._options = options
         self._cluster, self._session = connect(self._options, schema_metadata=False)
         self._replicas = RangeReplicas(self._cluster, self._session, options.keyspace)
-        self._downs = _DownNodes()
+        self._downs = _DownNodes(options.local_dc)
         self._cluster.register_listener(self._downs)
         for host in self._cluster.metadata.all_hosts():  # down before this reader connected
             if host.is_up is False:
@@ -109,7 +109,7 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
                 raise self._unavailable_error(split, unavailable[0]) from exc
             raise self._no_host_error() from exc
         except self._timeouts as exc:
-            down = [h.address for h in self._replicas.of(split.end) if not h.is_up]
+            down = [h.address for h in self._replicas.of(split.end) if h.is_up is False and self._readable(h)]
             retries = self._replica_retries.get(split.split_id, 0)
             if down and retries < MAX_REPLICA_DOWN_RETRIES:
                 self._replica_retries[split.split_id] = retries + 1
@@ -151,8 +151,13 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         self._page_sizes.pop(split.split_id, None)
         return RecordsBySplits(batches, frozenset({split.split_id}), events)
 
+    def _readable(self, host: Any) -> bool:
+        """Whether this reader may read from ``host``: any node, or with ``local_dc`` only that data centre's (the
+        driver does not watch the others: their state says nothing)."""
+        return not self._options.local_dc or host.datacenter == self._options.local_dc
+
     def _unavailable_error(self, split: CassandraSplit, exc: Any) -> CassandraUnavailableError:
-        up = sorted(h.address for h in self._replicas.of(split.end) if h.is_up)
+        up = sorted(h.address for h in self._replicas.of(split.end) if h.is_up and self._readable(h))
         return CassandraUnavailableError(
             f"consistency {self._options.consistency} needs {exc.required_replicas} replica(s) of "
             f"{split.split_id} alive, the coordinator counts {exc.alive_replicas} (up as this reader sees them: "
@@ -179,11 +184,14 @@ class _DownNodes:
     """A host state listener (the driver calls it from its own threads): the nodes that went down, each reported
     once a process until it comes back up."""
 
-    def __init__(self) -> None:
+    def __init__(self, local_dc: str) -> None:
+        self._local_dc = local_dc
         self._lock = threading.Lock()
         self._down: list[str] = []
 
     def on_down(self, host: Any) -> None:
+        if self._local_dc and host.datacenter != self._local_dc:
+            return  # not a node this reader reads from
         address = str(host.address)
         with _reported_lock:
             if address in _reported_down:

@@ -213,6 +213,8 @@ def test_a_replica_lost_mid_copy_costs_little_and_is_named(ring: Ring, tmp_path:
     events = summary.get("events", {})
     assert events.get("node_down", 0) >= 1, f"the lost node is not reported: {summary}"
     assert "page_shrunk" not in events and "hot_partition" not in events, f"a lost node taken for data: {events}"
+    named = {line.split()[4] for line in result.stdout.splitlines() if line.strip().startswith("node_down in split")}
+    assert named == {f"127.0.0.{lost_node}"}, result.stdout
     with capsys.disabled():
         print(f"\n{engine} engine, {ROWS:,} rows at {RATE:,} rows/s: {base_s:.1f} s with every node, "
               f"{lost_s:.1f} s with 127.0.0.{lost_node} SIGKILLed after the first of 4 batches "
@@ -271,3 +273,31 @@ def test_no_live_node_in_local_dc_fails_in_one_line_before_claiming(ring: Ring, 
     result = subprocess.run(elsewhere, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
     assert "option 'local_dc': 'dc9' is not a data centre of this cluster; its data centres: dc1, dc2" in result.stderr
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["every-node-up", "a-replica-down"])
+def test_a_timeout_with_a_replica_down_is_not_taken_for_a_wide_partition(ring: Ring, tmp_path: Path,
+                                                                          lost: bool) -> None:
+    """The same first-page timeouts: with every node up they shrink the page (a wide partition, as far as the
+    reader can tell); with a replica of the range down they are read again at full size from a live replica."""
+    ring.ensure_up(FIRST, FIRST + 2)
+    if lost and ring.pid(FIRST + 1) is not None:
+        ring.kill(FIRST + 1)
+    if not lost:
+        ring.ensure_up(FIRST + 1)
+    proof = tmp_path / "proof"
+    proof.mkdir()
+    out = tmp_path / "out"
+    command = copy_command("local", out, "-o", f"proof={proof}")
+    command[command.index("cassandra")] = "tests.connectors.cassandra.first_page_timeout:FirstPageTimeoutSource"
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert_exact(out)
+    summary = json.loads(Path(f"{out}.summary.json").read_text())
+    splits, events = summary["splits"], summary.get("events", {})
+    timeouts = len(list(proof.glob("timeout-*")))
+    assert timeouts == splits, f"the fake timed out {timeouts} first pages of {splits} splits"  # the fault happened
+    if lost:
+        assert events.get("replica_down") == splits and "page_shrunk" not in events, events
+    else:
+        assert events.get("page_shrunk") == splits and "replica_down" not in events, events
