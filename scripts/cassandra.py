@@ -350,6 +350,8 @@ def start_node(node: Node, nodes: int, num_tokens: int, heap_mb: int, cluster_na
         "-Dcassandra-foreground=yes",
         "-Dcassandra.skip_wait_for_gossip_to_settle=0",
         "-Dcassandra.ring_delay_ms=1000",
+        # a node may join while the one before it is still joining (a loaded machine): the ring is empty and local
+        "-Dcassandra.consistent.rangemovement=false",
         "-Dcassandra.superuser_setup_delay_ms=0",
         "-Dcassandra.available_processors=2",
         "-cp", f"{conf}:{lib}/*",
