@@ -390,9 +390,13 @@ def wait_for_cql(node: Node, proc: subprocess.Popen[bytes] | None, deadline: flo
 
 
 def tail(node: Node, lines: int = 30) -> str:
+    """The end of the node's log, led by its first ERROR (a node that fails logs its shutdown after the cause)."""
     for path in (node.log_file, node.home / "logs" / "stdout.log"):
         if path.exists():
-            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+            text = path.read_text(errors="replace").splitlines()
+            first_error = next((i for i, line in enumerate(text) if line.startswith("ERROR")), None)
+            cause = text[first_error:first_error + 8] + ["..."] if first_error is not None else []
+            return "\n".join(cause + text[-lines:])
     return "(no log)"
 
 
