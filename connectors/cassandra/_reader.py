@@ -45,7 +45,8 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
                  token_of: Callable[[Any, Sequence[Sequence[Any]]], str]) -> None:
         """``select_cql``: the split query (bound to a split's start and end tokens); ``token_of(session, rows)``:
         the token of the rows' partition, as text (for ``hot_partition`` events)."""
-        from cassandra import ConsistencyLevel, OperationTimedOut, ReadTimeout
+        from cassandra import ConsistencyLevel, OperationTimedOut, ReadTimeout, Unavailable
+        from cassandra.cluster import NoHostAvailable
 
         self._token_of = token_of
         self._options = options
@@ -61,9 +62,6 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         self._statement = self._session.prepare(select_cql)
         self._statement.consistency_level = getattr(ConsistencyLevel, self._options.consistency)
         self._statement.fetch_size = self._options.fetch_size
-        from cassandra import Unavailable
-        from cassandra.cluster import NoHostAvailable
-
         self._timeouts = (ReadTimeout, OperationTimedOut)
         self._unavailable, self._no_host = Unavailable, NoHostAvailable
         # the head split's paging state: where its next page starts (None: at its beginning)
