@@ -3,7 +3,7 @@ middle, both engines, in one run; exits 1 when the loss costs more than ``--boun
 
     .venv/bin/python bench/bench_replica_loss.py --rows 100000 --repeat 1
 
-It starts its own three-node ring (127.0.0.51-53, replication factor 3, four tokens a node) under a temporary
+It starts its own three-node ring (127.0.0.91-93, replication factor 3, four tokens a node) under a temporary
 directory, loads ``--rows`` rows of 200 bytes, and copies them at 10,000 rows/s (about 10 s of reading, as the
 issue measured), killing node 53 five seconds after the copy started; the node is started again before the next
 copy. The result goes to bench/results/replica_loss.json with the commit, machine and date it measured.
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FIRST, NODES, RATE, KILL_AFTER_S = 51, 3, 10_000, 5.0
+FIRST, NODES, RATE, KILL_AFTER_S = 91, 3, 10_000, 5.0  # 127.0.0.91-93: apart from the tests' nodes
 HOSTS = ",".join(f"127.0.0.{i}" for i in range(FIRST, FIRST + NODES))
 
 

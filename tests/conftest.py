@@ -81,8 +81,24 @@ class CassandraNode:
         return cluster, cluster.connect()
 
 
-# addresses of the session's node (the first free one); other tests' clusters use 127.0.0.31-35
+# addresses of the session's node (the first free one); the two-node cluster uses 127.0.0.31-32, and the other
+# modules' nodes take the first free block of their range (free_loopback_block), so that two runs of the suite, or
+# a run beside a benchmark, never share a node
 TEST_NODE_INDEXES = range(21, 31)
+
+
+def free_loopback_block(size: int, indexes: range) -> int:
+    """The first ``i`` of ``indexes`` where 127.0.0.i .. 127.0.0.(i + size - 1) have nothing on the CQL or storage
+    ports; fails the test when the range is full."""
+    from scripts.cassandra import port_open
+
+    for first in indexes:
+        if first + size - 1 >= indexes.stop:
+            break
+        if not any(port_open(f"127.0.0.{i}", port, timeout=0.2) for i in range(first, first + size)
+                   for port in (9042, 7000)):
+            return first
+    pytest.fail(f"no {size} free loopback addresses in 127.0.0.{indexes.start}-{indexes.stop - 1}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Replicas that take over: a three-node ring in two data centres (127.0.0.33-34 in ``dc1``, 127.0.0.35 in ``dc2``;
+"""Replicas that take over: a three-node ring in two data centres (two nodes in ``dc1``, one in ``dc2``, on the first
+free loopback addresses from 127.0.0.40;
 ``NetworkTopologyStrategy`` with two replicas in dc1 and one in dc2) started for this module.
 
 - a dc1 node SIGKILLed in the middle of a copy, both engines: the copy reads on from the other replica and ends
@@ -30,11 +31,21 @@ import pytest
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
-FIRST, NODES, DCS = 33, 3, ("dc1", "dc1", "dc2")
+NODES, DCS = 3, ("dc1", "dc1", "dc2")
+INDEXES = range(40, 60)  # the ring takes the first free block of three (conftest.free_loopback_block)
 KS, TABLE, ROWS = "replicated", "events", 30_000
 RATE = 6_000  # rows/s: about 5 s of reading, so a node can be lost in the middle
-DC1 = [f"127.0.0.{FIRST}", f"127.0.0.{FIRST + 1}"]
-HOSTS = ",".join(f"127.0.0.{i}" for i in range(FIRST, FIRST + NODES))
+# where the ring runs, set by the ring fixture before anything uses it (node FIRST, FIRST + 1 in dc1, FIRST + 2 in dc2)
+FIRST = 0
+DC1: list[str] = []
+HOSTS = ""
+
+
+def _place(first: int) -> None:
+    global FIRST, DC1, HOSTS
+    FIRST = first
+    DC1 = [f"127.0.0.{first}", f"127.0.0.{first + 1}"]
+    HOSTS = ",".join(f"127.0.0.{i}" for i in range(first, first + NODES))
 
 
 class Ring:
@@ -117,11 +128,10 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
     from cassandra import ConsistencyLevel
     from cassandra.concurrent import execute_concurrent_with_args
 
-    from scripts.cassandra import port_open, start, stop
+    from scripts.cassandra import start, stop
+    from tests.conftest import free_loopback_block
 
-    taken = [f"127.0.0.{i}" for i in range(FIRST, FIRST + NODES) if port_open(f"127.0.0.{i}", 9042)]
-    if taken:
-        pytest.fail(f"{', '.join(taken)} answer already: the replica tests' ring needs them", pytrace=False)
+    _place(free_loopback_block(NODES, INDEXES))
     root = tmp_path_factory.mktemp("replicas")
     ring = Ring(root)
     try:

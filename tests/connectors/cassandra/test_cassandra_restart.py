@@ -22,8 +22,9 @@ import pytest
 from tests.splitsource.copyjob.test_copy import CLI, run
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
-INDEX = 35  # 127.0.0.35: an address of the tests' own
-HOST = f"127.0.0.{INDEX}"
+INDEXES = range(35, 40)  # the node's address: the first free one (conftest.free_loopback_block)
+INDEX = 0  # set by the node fixture, before anything uses it
+HOST = ""
 KS = "splitsource_restart"
 ROWS = 20_000
 CONNECTOR = "tests.connectors.cassandra.gated_connector:GatedCassandraSource"
@@ -59,7 +60,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     from cassandra.concurrent import execute_concurrent_with_args
 
     from scripts.cassandra import start, stop
+    from tests.conftest import free_loopback_block
 
+    global INDEX, HOST
+    INDEX = free_loopback_block(1, INDEXES)
+    HOST = f"127.0.0.{INDEX}"
     root = tmp_path_factory.mktemp("restart")
     try:
         start(root, nodes=1, num_tokens=16, heap_mb=768, first=INDEX, cluster_name="restart")

@@ -24,7 +24,7 @@ from tests.conftest import ROOT
 from tests.connectors.cassandra.pki import PASSWORD, PKI, make_ca, make_pki
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
-INDEX = 36  # 127.0.0.36: beside the session node (21+) and the other clusters (31-35)
+INDEXES = range(60, 70)  # the node's address: the first free one (conftest.free_loopback_block)
 KS, TABLE, ROWS = "locked", "orders", 3000
 READER, READER_PASSWORD = "reader", "Rd-7f3c9e2a-only-select"  # a value that cannot appear by chance
 
@@ -59,16 +59,16 @@ def _superuser_session(address: str, pki: PKI) -> Any:
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
-    from scripts.cassandra import TLS, Settings, port_open, start, stop
+    from scripts.cassandra import TLS, Settings, start, stop
+    from tests.conftest import free_loopback_block
 
-    address = f"127.0.0.{INDEX}"
-    if port_open(address, 9042):
-        pytest.fail(f"{address}:9042 is taken: the secure node of these tests needs it", pytrace=False)
+    index = free_loopback_block(1, INDEXES)
+    address = f"127.0.0.{index}"
     root = tmp_path_factory.mktemp("secure")
     pki = make_pki(root / "pki", address)
     settings = Settings(auth=True, tls=TLS(pki.server_keystore, PASSWORD, pki.truststore, PASSWORD, True))
     try:
-        start(root / "nodes", first=INDEX, heap_mb=768, cluster_name="locked-down", settings=settings)
+        start(root / "nodes", first=index, heap_mb=768, cluster_name="locked-down", settings=settings)
     except SystemExit as exc:
         stop(root / "nodes")
         pytest.fail(f"the secure test node did not start: {exc}", pytrace=False)

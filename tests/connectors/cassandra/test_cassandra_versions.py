@@ -20,7 +20,8 @@ from tests.connectors.cassandra.fidelity_table import COLUMNS, KS, TABLE, create
 from tests.connectors.cassandra.test_cassandra_fidelity import assert_rows, plain_rows
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.spark, pytest.mark.slow]
-INDEXES = {"4.0": 37, "4.1": 38}  # 127.0.0.37-38: beside the session node and the other test clusters
+VERSIONS = ("4.0", "4.1")
+INDEXES = range(70, 80)  # a node's address: the first free one (conftest.free_loopback_block)
 
 
 @dataclass(frozen=True)
@@ -33,19 +34,19 @@ class Versioned:
         return {"hosts": self.address, "keyspace": KS, "table": TABLE, "splits": "5", **extra}
 
 
-@pytest.fixture(scope="module", params=sorted(INDEXES))
+@pytest.fixture(scope="module", params=VERSIONS)
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Versioned]:
     from cassandra.cluster import Cluster
 
-    from scripts.cassandra import Settings, port_open, start, stop
+    from scripts.cassandra import Settings, start, stop
+    from tests.conftest import free_loopback_block
 
     version: str = request.param
-    address = f"127.0.0.{INDEXES[version]}"
-    if port_open(address, 9042):
-        pytest.fail(f"{address}:9042 is taken: the Cassandra {version} node of these tests needs it", pytrace=False)
+    index = free_loopback_block(1, INDEXES)
+    address = f"127.0.0.{index}"
     root = tmp_path_factory.mktemp(f"cassandra-{version}")
     try:
-        start(root, first=INDEXES[version], heap_mb=768, cluster_name=f"v{version}", settings=Settings(version))
+        start(root, first=index, heap_mb=768, cluster_name=f"v{version}", settings=Settings(version))
     except SystemExit as exc:
         stop(root)
         pytest.fail(f"the Cassandra {version} node did not start: {exc}", pytrace=False)
