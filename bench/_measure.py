@@ -70,3 +70,22 @@ def run(command: list[str], timeout: float = 1800, env: dict[str, str] | None = 
     stop.set()
     sampler.join()
     return Measured(time.perf_counter() - started, peak / 1024, proc.returncode, output)
+
+
+def record(name: str, command: str, **fields: object) -> Path:
+    """Write ``fields`` to bench/results/<name>.json with where they come from: the command, the commit measured,
+    the machine and the date (a table in docs/benchmarks.md names its result file)."""
+    import json
+    import platform
+    import subprocess
+    import time
+
+    root = Path(__file__).resolve().parents[1]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
+    result = {"commit": commit, "date": time.strftime("%Y-%m-%d"),
+              "machine": {"cores": os.cpu_count(), "platform": platform.platform(),
+                          "python": platform.python_version()},
+              "command": command, **fields}
+    path = root / "bench" / "results" / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path

@@ -11,21 +11,16 @@ commit, machine and date it measured.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._measure import run  # noqa: E402
+from bench._measure import record, run  # noqa: E402
 
 
 def copy_command(out: Path, rows: int, engine: str) -> list[str]:
@@ -65,12 +60,8 @@ def main() -> int:
     ratios = {engine: medians[f"{engine} synced"] / medians[f"{engine} unsynced"] for engine in ("local", "spark")}
     for engine, ratio in ratios.items():
         print(f"{engine}: durable / not durable = {ratio:.3f} ({(ratio - 1) * 100:+.1f}%)")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    result = {"commit": commit, "date": time.strftime("%Y-%m-%d"), "machine": {
-        "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "command": f"bench/bench_durability.py --rows {args.rows} --repeat {args.repeat}",
-        "rows": args.rows, "seconds": times, "median_s": medians, "ratio_durable": ratios}
-    (ROOT / "bench" / "results" / "durability.json").write_text(json.dumps(result, indent=2) + "\n")
+    record("durability", f"bench/bench_durability.py --rows {args.rows} --repeat {args.repeat}",
+           rows=args.rows, seconds=times, median_s=medians, ratio_durable=ratios)
     return 0
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import signal
 import statistics
@@ -29,6 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 FIRST, NODES, RATE, KILL_AFTER_S = 91, 3, 10_000, 5.0  # 127.0.0.91-93: apart from the tests' nodes
 HOSTS = ",".join(f"127.0.0.{i}" for i in range(FIRST, FIRST + NODES))
+
+
+from bench._measure import record  # noqa: E402
 
 
 def load(rows: int) -> None:
@@ -120,12 +122,8 @@ def main() -> int:
              for engine in ("local", "spark")}
     for engine, cost in costs.items():
         print(f"{engine}: the lost node cost {cost:+.2f} s (bound {args.bound:g} s)")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    result = {"commit": commit, "date": time.strftime("%Y-%m-%d"), "machine": {
-        "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "command": f"bench/bench_replica_loss.py --rows {args.rows} --repeat {args.repeat}",
-        "rows": args.rows, "rate": RATE, "seconds": times, "median_s": medians, "cost_s": costs, "events": events}
-    (ROOT / "bench" / "results" / "replica_loss.json").write_text(json.dumps(result, indent=2) + "\n")
+    record("replica_loss", f"bench/bench_replica_loss.py --rows {args.rows} --repeat {args.repeat}",
+           rows=args.rows, rate=RATE, seconds=times, median_s=medians, cost_s=costs, events=events)
     return 0 if all(cost <= args.bound for cost in costs.values()) else 1
 
 
