@@ -167,15 +167,20 @@ def test_local_copy_and_verify_run_with_pyspark_unimportable(tmp_path: Path) -> 
     assert "MATCH" in verified.stdout
 
 
-def _documented_layout() -> set[str]:
-    """The files of ``splitsource/`` as the listing at the top of docs/architecture.md names them."""
+def _documented_layout(root: str = "splitsource/") -> set[str]:
+    """The files of ``root`` (a top-level folder) as the listing at the top of docs/architecture.md names them."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     block = text.split("## Layout", 1)[1].split("```", 2)[1]
     names: set[str] = set()
-    folder = ""
+    folder, section = "", ""
     for line in block.splitlines():
         stripped = line.strip()
-        if not stripped or line.startswith(("splitsource/", "connectors/", "serializers/", "pyspark_")):
+        if not stripped:
+            continue
+        if not line.startswith(" "):
+            section = stripped.split()[0]
+            continue
+        if section != root:
             continue
         indent = len(line) - len(line.lstrip())
         first = stripped.split()[0]
@@ -191,3 +196,5 @@ def _documented_layout() -> set[str]:
 def test_the_documented_layout_is_the_real_one() -> None:
     real = {str(p.relative_to(ROOT / "splitsource")) for p in (ROOT / "splitsource").rglob("*.py")}
     assert _documented_layout() == real
+    cassandra = {f"cassandra/{p.name}" for p in (ROOT / "connectors" / "cassandra").glob("*.py")}
+    assert {n for n in _documented_layout("connectors/") if n.startswith("cassandra/")} == cassandra

@@ -94,8 +94,10 @@ def test_the_kit_refuses_checks_that_cannot_fail() -> None:
         testing.check_snapshot_restore(source(100, 50, 50), stop_after_batches=5)
     with pytest.raises(AssertionError, match="too trivial to test: the source has fewer than 9 batch"):
         testing.check_add_back(source(100, 50, 50), fail_after_batches=9)
-    with pytest.raises(AssertionError, match="too trivial to test: split generator-0 was read in one fetch"):
+    with pytest.raises(AssertionError, match=r"too trivial to test: each of the first 1 split\(s\) was read in one"):
         testing.check_wake_up_resume(source(100, 100, 100))
+    with pytest.raises(AssertionError, match=r"too trivial to test: each of the first 4 split\(s\) was read in one"):
+        testing.check_wake_up_resume(source(100, 25, 25))
     with pytest.raises(AssertionError, match="too trivial to test: the enumerator generated no split"):
         testing.check_serializers(empty)
 
