@@ -9,6 +9,15 @@ bash scripts/setup.sh
 # the older Cassandra lines of the version tests (tests/connectors/cassandra/test_cassandra_versions.py)
 for version in 4.0 4.1; do python scripts/cassandra.py install --version "$version" >/dev/null; done
 
+# the Spark Connect client's packages, apart from the venv (tests/splitsource/spark/test_connect.py puts them on the
+# client's path only): pandas in the venv would be imported by pyarrow in every process of every other test
+if [ ! -f .venv/connect-client/.complete ]; then
+  rm -rf .venv/connect-client
+  python -m pip install -q --target .venv/connect-client "grpcio>=1.76" "grpcio-status>=1.76" \
+    "googleapis-common-protos>=1.71" "zstandard>=0.25" "pandas>=2.2,<3"
+  touch .venv/connect-client/.complete
+fi
+
 echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsource pyspark_bucketing tests scripts bench
 echo "== mypy --strict"; mypy
 echo "== pytest"

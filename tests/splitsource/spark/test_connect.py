@@ -87,8 +87,15 @@ print(json.dumps(result))
 """
 
 
+CLIENT_PACKAGES = ROOT / ".venv" / "connect-client"  # installed by scripts/test.sh, apart from the venv
+
+
 def test_read_sql_sink_and_a_read_to_sink_copy_through_spark_connect(connect_url: str, tmp_path: Path) -> None:
+    if not (CLIENT_PACKAGES / ".complete").exists():
+        pytest.fail(f"the Spark Connect client's packages are not in {CLIENT_PACKAGES}: run scripts/test.sh",
+                    pytrace=False)
     env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(CLIENT_PACKAGES)])
     result = subprocess.run([sys.executable, "-c", CLIENT, connect_url, str(tmp_path), str(ROWS)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
