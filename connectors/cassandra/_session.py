@@ -75,12 +75,10 @@ def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple
         session = cluster.connect()
     except NoHostAvailable as exc:
         # the control connection may have reached a node of another data centre: then the driver knows the ring
-        dc_problem = _local_dc_problem(options.local_dc, list(cluster.metadata.all_hosts())) if options.local_dc \
-            else ""
+        dc_problem = _local_dc_problem(options.local_dc, list(cluster.metadata.all_hosts()))
         cluster.shutdown()
-        if dc_problem:
-            raise (OptionsError if dc_problem.startswith("option") else CassandraUnavailableError)(dc_problem) \
-                from None
+        if dc_problem is not None:
+            raise dc_problem from None
         # errors is {host: exception}, or only a list of hosts when the driver never got as far as a connection
         errors = exc.errors if isinstance(exc.errors, dict) else {str(h): None for h in exc.errors or ()}
         if any(isinstance(e, AuthenticationFailed) for e in errors.values()):
@@ -101,28 +99,31 @@ def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple
     except AuthenticationFailed as exc:
         cluster.shutdown()
         raise CassandraAuthenticationError(_refused_credentials(options, where, {where: exc})) from None
-    if options.local_dc:
-        problem = _local_dc_problem(options.local_dc, list(cluster.metadata.all_hosts()))
-        if problem:
-            cluster.shutdown()
-            raise (OptionsError if problem.startswith("option") else CassandraUnavailableError)(problem)
+    dc_problem = _local_dc_problem(options.local_dc, list(cluster.metadata.all_hosts()))
+    if dc_problem is not None:
+        cluster.shutdown()
+        raise dc_problem
     return cluster, session
 
 
-def _local_dc_problem(local_dc: str, hosts: Sequence[Any]) -> str:
-    """Why ``local_dc`` cannot be read from (not a data centre of the cluster, or none of its nodes up); empty if it
-    can. The driver would otherwise fail every query with an empty NoHostAvailable."""
+def _local_dc_problem(local_dc: str, hosts: Sequence[Any]) -> SplitSourceError | None:
+    """Why ``local_dc`` cannot be read from: not a data centre of the cluster (a usage error), or none of its nodes
+    up; None if it can, or if no ``local_dc`` is set. The driver would otherwise fail every query with an empty
+    NoHostAvailable."""
+    if not local_dc:
+        return None
     centres = sorted({str(h.datacenter) for h in hosts if h.datacenter})
     if local_dc not in centres:
-        return f"option 'local_dc': '{local_dc}' is not a data centre of this cluster; its data centres: " + (
-            ", ".join(centres) or "(none known)")
+        return OptionsError(f"option 'local_dc': '{local_dc}' is not a data centre of this cluster; its data "
+                            f"centres: {', '.join(centres) or '(none known)'}")
     if not any(h.is_up is not False for h in hosts if h.datacenter == local_dc):
         # the driver leaves other data centres' nodes alone (their state unknown): list those not known down
         others = sorted(f"{h.address} ({h.datacenter})" for h in hosts
                         if h.datacenter != local_dc and h.is_up is not False)
-        return (f"no node of data centre '{local_dc}' (local_dc) is up to read from; nodes elsewhere: "
-                f"{', '.join(others) or 'none'}; bring one back, or read from another data centre with local_dc")
-    return ""
+        return CassandraUnavailableError(
+            f"no node of data centre '{local_dc}' (local_dc) is up to read from; nodes elsewhere: "
+            f"{', '.join(others) or 'none'}; bring one back, or read from another data centre with local_dc")
+    return None
 
 
 def _refused_credentials(options: CassandraOptions, where: str, errors: Mapping[Any, Any]) -> str:
