@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -56,6 +56,14 @@ def encode_segment(text: str) -> str:
     """A whole directory name for ``text``: escaped as a value, and a leading ``.`` or ``_`` escaped too."""
     escaped = _escape(text) if text else "%00"
     return f"%{ord(escaped[0]):02X}{escaped[1:]}" if escaped[0] in "._" else escaped
+
+
+def _datetime_segment(text: str) -> str:
+    """A formatted date-time directory: ``name=value`` as a Hive-style segment, anything else as one name."""
+    name, equals, value = text.partition("=")
+    if equals and name:
+        return f"{encode_segment(name)}={encode_value(value)}"
+    return encode_segment(text)
 
 
 def _checked(segment: str, what: str) -> str:
@@ -90,44 +98,81 @@ class BasePathBucketer(Bucketer):
         return [("", batch)]
 
 
-_JAVA_TOKENS = {"yyyy": "%Y", "yy": "%y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
-_TOKEN_RE = re.compile("|".join(sorted(_JAVA_TOKENS, key=len, reverse=True)) + "|[A-Za-z]")
+_JAVA_TOKENS: dict[str, Callable[[datetime], str]] = {
+    "yyyy": lambda t: f"{t.year:04d}", "yy": lambda t: f"{t.year % 100:02d}", "MM": lambda t: f"{t.month:02d}",
+    "M": lambda t: str(t.month), "dd": lambda t: f"{t.day:02d}", "d": lambda t: str(t.day),
+    "HH": lambda t: f"{t.hour:02d}", "H": lambda t: str(t.hour), "mm": lambda t: f"{t.minute:02d}",
+    "ss": lambda t: f"{t.second:02d}",
+}
+_TOKEN_RE = re.compile("'(?:[^']|'')*'|" + "|".join(sorted(_JAVA_TOKENS, key=len, reverse=True)) + "|[A-Za-z]|'")
+
+#: Hive-style: a column ``dt`` (a date) and a column ``hour`` for every reader that discovers partitions
+DEFAULT_DATETIME_PATTERN = "'dt='yyyy-MM-dd/'hour='H"
 
 
 class DateTimeBucketer(Bucketer):
-    """Buckets by processing time, formatted with a Java-style pattern (default ``yyyy-MM-dd--HH``) in a zone.
+    """Buckets by processing time, formatted with a Java-style pattern in a zone.
 
-    Supported letters: ``yyyy yy MM dd HH mm ss``; ``/`` in the pattern makes nested directories; any other
-    letter is refused (it would silently mean something else than in Java).
+    Supported letters: ``yyyy yy MM M dd d HH H mm ss`` (one letter: no leading zero); text in single quotes
+    is kept as it is (``''`` is a quote); ``/`` in the pattern makes nested directories; any other letter is
+    refused (it would silently mean something else than in Java). A directory whose text has ``=`` is a
+    Hive-style ``name=value`` segment, each side escaped as Spark escapes them: the default
+    ``'dt='yyyy-MM-dd/'hour='H`` gives ``dt=2026-11-24/hour=8``, which Spark, DuckDB, Polars and
+    pyarrow.dataset read back as a date ``dt`` and an integer ``hour`` (``hour=08`` would stay text in DuckDB).
     """
 
-    def __init__(self, pattern: str = "yyyy-MM-dd--HH", zone: str = "UTC") -> None:
+    def __init__(self, pattern: str = DEFAULT_DATETIME_PATTERN, zone: str = "UTC") -> None:
         try:
             self._zone = ZoneInfo(zone) if zone.upper() != "UTC" else timezone.utc
         except (ZoneInfoNotFoundError, ValueError):
             raise OptionsError(f"option 'timezone': unknown time zone {zone!r}") from None
-        self._segments = [self._compile(part, pattern) for part in pattern.split("/")]
+        self._segments = [self._compile(part, pattern) for part in self._split(pattern)]
         self.pattern = pattern
 
     @staticmethod
-    def _compile(part: str, pattern: str) -> str:
+    def _split(pattern: str) -> list[str]:
+        """The pattern's directory parts: cut at each ``/`` outside quotes."""
+        parts, current, quoted = [], "", False
+        for char in pattern:
+            if char == "'":
+                quoted = not quoted
+            if char == "/" and not quoted:
+                parts.append(current)
+                current = ""
+            else:
+                current += char
+        return [*parts, current]
+
+    @staticmethod
+    def _compile(part: str, pattern: str) -> list[str | Callable[[datetime], str]]:
+        """A directory's pattern as literal texts and field formatters, in order."""
         if not part:
             raise OptionsError(f"option 'bucket_format': {pattern!r} has an empty path segment")
-
-        def token(m: re.Match[str]) -> str:
-            if m.group(0) not in _JAVA_TOKENS:
+        pieces: list[str | Callable[[datetime], str]] = []
+        last = 0
+        for m in _TOKEN_RE.finditer(part):
+            pieces.append(part[last:m.start()])
+            text, last = m.group(0), m.end()
+            if text == "'":
+                raise OptionsError(f"option 'bucket_format': {pattern!r} has a quote that is not closed")
+            if text.startswith("'"):
+                pieces.append("'" if text == "''" else text[1:-1].replace("''", "'"))
+            elif text in _JAVA_TOKENS:
+                pieces.append(_JAVA_TOKENS[text])
+            else:
                 raise OptionsError(
-                    f"option 'bucket_format': letter {m.group(0)!r} in {pattern!r} is not supported; "
-                    f"use {' '.join(_JAVA_TOKENS)} (quote nothing: other characters are kept as they are)"
+                    f"option 'bucket_format': letter {text!r} in {pattern!r} is not supported; "
+                    f"use {' '.join(_JAVA_TOKENS)}, and put other text in single quotes ('dt=')"
                 )
-            return _JAVA_TOKENS[m.group(0)]
-
-        return _TOKEN_RE.sub(token, part.replace("%", "%%"))
+        pieces.append(part[last:])
+        return [p for p in pieces if p != ""]
 
     def bucket_at(self, now: float) -> str:
         moment = datetime.fromtimestamp(now, tz=self._zone)
-        return "/".join(_checked(encode_segment(moment.strftime(segment)), "option 'bucket_format'")
-                        for segment in self._segments)
+        return "/".join(
+            _checked(_datetime_segment("".join(p if isinstance(p, str) else p(moment) for p in segment)),
+                     "option 'bucket_format'")
+            for segment in self._segments)
 
     def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
         return [(self.bucket_at(now), batch)]

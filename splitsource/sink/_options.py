@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 from splitsource._errors import OptionsError
 from splitsource._options import REQUIRED, option, parse_options
-from splitsource.sink._bucketers import BasePathBucketer, Bucketer, ColumnBucketer, DateTimeBucketer
+from splitsource.sink._bucketers import (
+    DEFAULT_DATETIME_PATTERN,
+    BasePathBucketer,
+    Bucketer,
+    ColumnBucketer,
+    DateTimeBucketer,
+)
 from splitsource.sink._files import PartNames
 from splitsource.sink._formats import FORMATS, FileFormat
 
@@ -37,7 +43,8 @@ class BucketingSinkOptions:
     path: str = option(REQUIRED, doc="base directory of the output (local path or pyarrow.fs URI)")
     format: str = option("parquet", doc="part-file format", choices=tuple(FORMATS))
     bucketer: str = option("datetime", doc="how rows are put in directories", choices=("datetime", "columns", "none"))
-    bucket_format: str = option("yyyy-MM-dd--HH", doc="datetime bucketer: pattern of processing time")
+    bucket_format: str = option(DEFAULT_DATETIME_PATTERN, doc="datetime bucketer: pattern of processing time "
+                                "(Hive-style dt=2026-11-24/hour=8; Flink's default is yyyy-MM-dd--HH)")
     timezone: str = option("UTC", doc="datetime bucketer: time zone of the pattern")
     bucket_columns: str = option("", doc="columns bucketer: comma-separated column names (Hive-style col=value)")
     part_prefix: str = option("part", doc="prefix of part-file names", parse=_prefix)

@@ -76,11 +76,25 @@ def test_column_bucketer_names_a_missing_column() -> None:
 
 def test_datetime_bucketer_formats_processing_time_in_its_zone() -> None:
     moment = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
-    assert DateTimeBucketer().bucket_at(moment) == "2023-11-14--22"
+    assert DateTimeBucketer().bucket_at(moment) == "dt=2023-11-14/hour=22"  # Hive style: every reader's columns
+    assert DateTimeBucketer("yyyy-MM-dd--HH").bucket_at(moment) == "2023-11-14--22"  # Flink's default
     assert DateTimeBucketer("yyyy/MM/dd/HH", "Asia/Tokyo").bucket_at(moment) == "2023/11/15/07"
 
 
-@pytest.mark.parametrize("pattern, message", [("yyyy-MM-dd--hh", "letter 'h'"), ("yyyy//dd", "empty path segment")])
+def test_datetime_bucketer_quotes_text_and_escapes_each_side_of_a_hive_segment() -> None:
+    moment = 1_700_000_000.0
+    assert DateTimeBucketer("'year='yyyy/'it''s' MM").bucket_at(moment) == "year=2023/it%27s 11"
+    assert DateTimeBucketer("'a/b='yyyy/'=x'").bucket_at(moment) == "a%2Fb=2023/%3Dx"  # '/' inside quotes is text
+    assert DateTimeBucketer("'_d='dd").bucket_at(moment) == "%5Fd=14"  # readers skip names starting with '_'
+    assert DateTimeBucketer("'%'HH").bucket_at(moment) == "%2522"
+    early = 1_700_000_000.0 - 22 * 3600 - 13 * 60  # 2023-11-14 00:00:20 UTC
+    assert DateTimeBucketer().bucket_at(early) == "dt=2023-11-14/hour=0"  # an integer, as Spark writes one
+    assert DateTimeBucketer("yyyy-M-d H:mm:ss").bucket_at(early) == "2023-11-14 0%3A00%3A20"
+
+
+@pytest.mark.parametrize("pattern, message", [("yyyy-MM-dd--hh", "letter 'h'"), ("yyyy//dd", "empty path segment"),
+                                              ("dt=yyyy", "letter 't'.*single quotes"),
+                                              ("'dt=yyyy", "quote that is not closed")])
 def test_datetime_bucketer_refuses_patterns_it_would_misread(pattern: str, message: str) -> None:
     with pytest.raises(OptionsError, match=message):
         DateTimeBucketer(pattern)

@@ -112,6 +112,34 @@ def test_bucket_values_read_back_exactly_in_spark_duckdb_polars_and_pyarrow(spar
         assert not wrong, f"{reader} read back {len(wrong)} values wrong: {wrong}"
 
 
+def test_the_default_bucketer_is_read_by_every_readers_plainest_call_with_its_columns(spark: Any,
+                                                                                      tmp_path: Path) -> None:
+    import datetime as dt
+
+    import duckdb
+    import polars as pl
+    import pyarrow.dataset as ds
+
+    out = tmp_path / "out"
+    before = dt.datetime.now(dt.timezone.utc)
+    spark.range(0, 3000, 1, 3).write.format("bucketing").mode("append").save(str(out))
+    after = dt.datetime.now(dt.timezone.utc)
+    hours = {(t.date(), t.hour) for t in (before, after)}  # the write may straddle an hour
+    assert all(p.relative_to(out).parts[:2] in {(f"dt={d}", f"hour={h}") for d, h in hours}
+               for p in visible_files(out))
+    files = f"{out}/**/*.parquet"
+    seen = {
+        "spark": [(r.id, r.dt, r.hour) for r in spark.read.parquet(str(out)).collect()],
+        "pyarrow": [(r["id"], dt.date.fromisoformat(r["dt"]), r["hour"])
+                    for r in ds.dataset(out, partitioning="hive").to_table().to_pylist()],
+        "duckdb": duckdb.sql(f"SELECT id, dt, hour FROM '{files}'").fetchall(),
+        "polars": list(pl.read_parquet(files, hive_partitioning=True).select("id", "dt", "hour").iter_rows()),
+    }
+    for reader, rows in seen.items():
+        assert sorted(r[0] for r in rows) == list(range(3000)), reader
+        assert {(r[1], r[2]) for r in rows} <= hours, (reader, rows[:3])
+
+
 def test_hostile_bucket_values_stay_under_the_base_path(spark: Any, tmp_path: Path) -> None:
     values = ["../../escape", "/abs", "a\x00b", "..", ".", "_SUCCESS", "%2F", "ok", None]
     df = spark.createDataFrame([(i, v) for i, v in enumerate(values)], "id long, v string")
