@@ -106,8 +106,10 @@ class FrameworkOptions:
                                         "first state) is stored once; offsets then hold a cursor, not the plan "
                                         "(copy: <checkpoint>/plans; empty: the plan travels in every offset)")
 
-    pushdown: bool = option(False, doc="spark.read: offer the query's filters to the connector (Spark needs "
-                                       "spark.sql.python.filterPushdown.enabled=true as well)")
+    pushdown: str = option("auto", doc="spark.read: offer the query's filters to the connector; auto: whenever "
+                                       "Spark offers them (spark.sql.python.filterPushdown.enabled=true); true: "
+                                       "insist (Spark refuses the read while that setting is off)",
+                           choices=("auto", "true", "false"))
 
     @property
     def rate(self) -> ReadRate:

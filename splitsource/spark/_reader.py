@@ -5,6 +5,7 @@ splits in order (``read()``) through the runtime's :class:`~splitsource.runtime.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -94,6 +95,21 @@ def predicate_of(spark_filter: Filter) -> Predicate | None:
     return Predicate(attribute[0], op, tuple(value) if op == "in" else value)
 
 
+_PUSHDOWN_STEP = "data_source_pushdown_filters.py"  # the module of Spark's worker that offers a query's filters
+
+
+def spark_offers_filters() -> bool:
+    """Whether the reader is being asked for by Spark's filter pushdown step (pyspark's
+    ``sql/worker/data_source_pushdown_filters.py``), which Spark runs only while
+    ``spark.sql.python.filterPushdown.enabled`` is true; otherwise a reader with ``pushFilters`` is refused."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_PUSHDOWN_STEP):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 class SplitSourceBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._options = dict(options)
@@ -111,8 +127,8 @@ class SplitSourceBatchReader(DataSourceReader):
 
 
 class PushdownBatchReader(SplitSourceBatchReader):
-    """The batch reader with filter pushdown (option ``pushdown``; Spark needs
-    ``spark.sql.python.filterPushdown.enabled`` true)."""
+    """The batch reader with filter pushdown (whenever ``spark.sql.python.filterPushdown.enabled`` is true, unless
+    option ``pushdown`` is false)."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name
         """Offer the filters to the connector (:meth:`~splitsource.Source.push_predicates`); those it takes are
@@ -125,5 +141,10 @@ class PushdownBatchReader(SplitSourceBatchReader):
         pushed = {id(offered[i][0]) for i in taken}
         if pushed:
             self._options.update(added)
-            log.info("pushed to %s: %s", source.name, ", ".join(str(offered[i][1]) for i in taken))
-        return [f for f in filters if id(f) not in pushed]
+        left = [f for f in filters if id(f) not in pushed]
+        if filters:  # Spark's explain shows a Python scan as "(Python)" only: one line on the console says it
+            shown = ", ".join(f"{k}={v}" for k, v in added.items()) if pushed else ""
+            print(f"splitsource: {source.name} reads with {shown} ({len(pushed)} of {len(filters)} filters pushed)"
+                  if pushed else f"splitsource: no filter pushed to {source.name} ({len(filters)} left to Spark)",
+                  file=sys.stderr, flush=True)
+        return left

@@ -18,7 +18,12 @@ from pyspark.sql.types import StructType
 
 from splitsource._options import options_table
 from splitsource._planning import FrameworkOptions, build_source
-from splitsource.spark._reader import PushdownBatchReader, SplitSourceBatchReader, spark_arrow_schema
+from splitsource.spark._reader import (
+    PushdownBatchReader,
+    SplitSourceBatchReader,
+    spark_arrow_schema,
+    spark_offers_filters,
+)
 from splitsource.spark._stream import SplitSourceStreamReader
 
 __all__ = ["SplitSourceDataSource"]
@@ -48,8 +53,9 @@ class SplitSourceDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         framework, _ = build_source(self.options)  # fail on bad options in the driver, before any task starts
         # Spark refuses a reader that implements pushFilters while spark.sql.python.filterPushdown.enabled is
-        # false (its default), even for a query with no filter: pushdown is a reader of its own, asked for
-        if framework.pushdown:
+        # false (its default), even for a query with no filter, and the setting does not reach this worker: Spark
+        # asks for the reader from its filter pushdown step only when the setting is on, so that is the sign
+        if framework.pushdown == "true" or (framework.pushdown == "auto" and spark_offers_filters()):
             return PushdownBatchReader(self.options, schema)
         return SplitSourceBatchReader(self.options, schema)
 
