@@ -2,9 +2,11 @@
 """The main job, end to end on one machine: start a local Cassandra, load a sample table, copy it to Parquet
 with `splitsource copy` (exactly once, resumable, with progress), and verify the copy against the table.
 
-    python scripts/demo.py [--rows 200000] [--out ./demo-output/events] [--fresh]
+    python scripts/demo.py [--rows 200000] [--out ./demo-output/events] [--fresh] [--load-only]
 
-Kill it at any point and run it again: the copy resumes from its checkpoint (<out>.checkpoint).
+Kill it at any point and run it again: the copy resumes from its checkpoint (<out>.checkpoint). With
+SPLITSOURCE_CASSANDRA_HOSTS set it uses that Cassandra (it starts none); --load-only stops once the table is loaded
+(what the docs' pages begin with).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from scripts.cassandra import DEFAULT_DIR, cql_up, nodetool, start  # noqa: E402
 
+HOSTS = os.environ.get("SPLITSOURCE_CASSANDRA_HOSTS", "").strip()  # another node (the docs' tests: the suite's)
+
 
 def load(rows: int) -> bool:
     """Load ``rows`` rows into demo.events unless it holds exactly that many; True if it (re)loaded them."""
@@ -33,7 +37,8 @@ def load(rows: int) -> bool:
     from cassandra.policies import RoundRobinPolicy
 
     profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=60)
-    cluster = Cluster(["127.0.0.1"], protocol_version=5, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+    cluster = Cluster((HOSTS or "127.0.0.1").split(","), protocol_version=5,
+                      execution_profiles={EXEC_PROFILE_DEFAULT: profile})
     session = cluster.connect()
     session.execute("CREATE KEYSPACE IF NOT EXISTS demo WITH replication = "
                     "{'class': 'SimpleStrategy', 'replication_factor': 1}")
@@ -53,8 +58,9 @@ def load(rows: int) -> bool:
             execute_concurrent_with_args(session, insert, args, concurrency=64, raise_on_first_error=True)
             print(f"  loaded {min(lo + step, rows):,}/{rows:,} rows", flush=True)
     cluster.shutdown()
-    nodetool(DEFAULT_DIR, 1, "flush", "demo")
-    nodetool(DEFAULT_DIR, 1, "refreshsizeestimates")
+    if not HOSTS:  # the size estimates that split planning reads: only for the node this script runs
+        nodetool(DEFAULT_DIR, 1, "flush", "demo")
+        nodetool(DEFAULT_DIR, 1, "refreshsizeestimates")
     return reloaded
 
 
@@ -63,19 +69,27 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--out", type=Path, default=ROOT / "demo-output" / "events")
     parser.add_argument("--fresh", action="store_true", help="delete an earlier demo output and checkpoint first")
+    parser.add_argument("--load-only", action="store_true", help="start Cassandra and load the table, then stop")
     args = parser.parse_args()
-    print("1/4 starting the local Cassandra (scripts/cassandra.py) ...", flush=True)
-    if not cql_up("127.0.0.1", 9042):
-        start(DEFAULT_DIR, nodes=1, num_tokens=16)
+    if HOSTS:
+        print(f"1/4 using the Cassandra at {HOSTS} (SPLITSOURCE_CASSANDRA_HOSTS) ...", flush=True)
+    else:
+        print("1/4 starting the local Cassandra (scripts/cassandra.py) ...", flush=True)
+        if not cql_up("127.0.0.1", 9042):
+            start(DEFAULT_DIR, nodes=1, num_tokens=16)
     print(f"2/4 loading {args.rows:,} rows into demo.events ...", flush=True)
     reloaded = load(args.rows)
+    if args.load_only:
+        print(f"demo.events holds {args.rows:,} rows", flush=True)
+        return 0
     if reloaded and (args.out.exists() or Path(f"{args.out}.checkpoint").exists()):
         print("  the table was (re)loaded: its earlier copy is removed, the copy starts afresh", flush=True)
         args.fresh = True
     if args.fresh:
         shutil.rmtree(args.out, ignore_errors=True)
         shutil.rmtree(f"{args.out}.checkpoint", ignore_errors=True)
-    source = ["--connector", "cassandra", "-o", "hosts=127.0.0.1", "-o", "keyspace=demo", "-o", "table=events"]
+    source = ["--connector", "cassandra", "-o", f"hosts={HOSTS or '127.0.0.1'}", "-o", "keyspace=demo",
+              "-o", "table=events"]
     print(f"3/4 splitsource copy demo.events -> {args.out} (Parquet; kill it at any time and run again) ...",
           flush=True)
     copy = subprocess.run([sys.executable, "-m", "splitsource.cli", "copy", *source, "--output", str(args.out)])

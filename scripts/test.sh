@@ -18,7 +18,7 @@ if [ ! -f .venv/connect-client/.complete ]; then
   touch .venv/connect-client/.complete
 fi
 
-echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsource pyspark_bucketing tests scripts bench
+echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsource pyspark_bucketing tests scripts bench conftest.py
 echo "== mypy --strict"; mypy
 echo "== pytest"
 set +e

@@ -9,19 +9,20 @@ from dataclasses import dataclass
 from connectors.cassandra._tokens import TokenRange
 from splitsource import OptionsError, Secret, option
 
-__all__ = ["CassandraOptions", "MIN_SPLIT_SIZE_MB", "PASSWORD_ENV"]
+__all__ = ["CassandraOptions", "HOSTS_ENV", "MIN_SPLIT_SIZE_MB", "PASSWORD_ENV"]
 
 
 _CONSISTENCY = ("ANY", "ONE", "TWO", "THREE", "QUORUM", "ALL", "LOCAL_QUORUM", "EACH_QUORUM", "LOCAL_ONE")
 MIN_SPLIT_SIZE_MB = 1.0
 PASSWORD_ENV = "SPLITSOURCE_CASSANDRA_PASSWORD"
+HOSTS_ENV = "SPLITSOURCE_CASSANDRA_HOSTS"  # contact points when option hosts is not given (each process reads it)
 
 
 @dataclass(frozen=True)
 class CassandraOptions:
     keyspace: str = option(doc="keyspace of the table")
     table: str = option(doc="table to read")
-    hosts: str = option("127.0.0.1", doc="comma-separated contact points")
+    hosts: str = option("", doc=f"comma-separated contact points (empty: ${HOSTS_ENV}, else 127.0.0.1)")
     port: int = option(9042, doc="CQL port", minimum=1, maximum=65535)
     local_dc: str = option("", doc="data center to read from")
     columns: str = option("", doc="comma-separated projection (empty: all)")
@@ -71,6 +72,10 @@ class CassandraOptions:
                 raise OptionsError(f"option 'password_file': cannot read {self.password_file}: "
                                    f"{exc.strerror}") from None
         return os.environ.get(PASSWORD_ENV, "")
+
+    def __post_init__(self) -> None:
+        if not self.hosts.strip():
+            object.__setattr__(self, "hosts", os.environ.get(HOSTS_ENV, "").strip() or "127.0.0.1")
 
     @property
     def host_list(self) -> list[str]:

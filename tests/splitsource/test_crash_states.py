@@ -20,7 +20,7 @@ import pytest
 from splitsource import _fs
 from splitsource._errors import SplitSourceError
 from splitsource.copyjob import _job
-from tests.conftest import ROOT
+from tests.fixtures import ROOT
 from tests.splitsource import crash_scenarios as sc
 from tests.splitsource.crashfs import CrashState, crash_states
 

@@ -22,7 +22,7 @@ from splitsource._fs import (
     split_uri,
 )
 from splitsource.copyjob._job import default_checkpoint
-from tests.conftest import ROOT
+from tests.fixtures import ROOT
 
 
 def test_a_uri_query_string_stays_at_the_end_of_every_derived_path() -> None:

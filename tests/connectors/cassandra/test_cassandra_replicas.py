@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from tests.conftest import ROOT
+from tests.fixtures import ROOT
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 NODES, DCS = 3, ("dc1", "dc1", "dc2")
@@ -129,7 +129,7 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
     from cassandra.concurrent import execute_concurrent_with_args
 
     from scripts.cassandra import start, stop
-    from tests.conftest import free_loopback_block
+    from tests.fixtures import free_loopback_block
 
     _place(free_loopback_block(NODES, INDEXES))
     root = tmp_path_factory.mktemp("replicas")

@@ -60,7 +60,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     from cassandra.concurrent import execute_concurrent_with_args
 
     from scripts.cassandra import start, stop
-    from tests.conftest import free_loopback_block
+    from tests.fixtures import free_loopback_block
 
     global INDEX, HOST
     INDEX = free_loopback_block(1, INDEXES)

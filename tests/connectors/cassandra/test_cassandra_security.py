@@ -20,8 +20,8 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from tests.conftest import ROOT
 from tests.connectors.cassandra.pki import PASSWORD, PKI, make_ca, make_pki
+from tests.fixtures import ROOT
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 INDEXES = range(60, 70)  # the node's address: the first free one (conftest.free_loopback_block)
@@ -60,7 +60,7 @@ def _superuser_session(address: str, pki: PKI) -> Any:
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
     from scripts.cassandra import TLS, Settings, start, stop
-    from tests.conftest import free_loopback_block
+    from tests.fixtures import free_loopback_block
 
     index = free_loopback_block(1, INDEXES)
     address = f"127.0.0.{index}"

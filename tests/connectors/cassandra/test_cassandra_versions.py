@@ -39,7 +39,7 @@ def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     from cassandra.cluster import Cluster
 
     from scripts.cassandra import Settings, start, stop
-    from tests.conftest import free_loopback_block
+    from tests.fixtures import free_loopback_block
 
     version: str = request.param
     index = free_loopback_block(1, INDEXES)

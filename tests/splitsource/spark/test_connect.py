@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from tests.conftest import ROOT
+from tests.fixtures import ROOT
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROWS = 20_000

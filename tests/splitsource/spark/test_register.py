@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.fixtures import ROOT
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
