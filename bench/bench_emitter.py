@@ -19,7 +19,6 @@ bench/results/emitter.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -29,8 +28,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._measure import record  # noqa: E402
 from bench.cassandra_table import HOSTS, KEYSPACE, TABLE, ensure_cassandra, ensure_loaded  # noqa: E402
 from connectors.cassandra import CassandraSource  # noqa: E402
+from connectors.cassandra._types import exact_protocol_handler  # noqa: E402
 
 
 def scan(mode: str, rows: int, fetch_size: int) -> float:
@@ -40,16 +41,15 @@ def scan(mode: str, rows: int, fetch_size: int) -> float:
     from cassandra.query import dict_factory, named_tuple_factory, tuple_factory
 
     source = CassandraSource({"hosts": HOSTS, "keyspace": KEYSPACE, "table": TABLE})
-    emitter: Any = source.create_record_emitter()
-    schema = source.schema()
-    converters = emitter._converters
+    # the source's own select expressions (toUnixTimestamp, CAST AS text) and converters, which expect them
+    _, selectors, schema, converters = source._metadata()
     cluster = Cluster(HOSTS.split(","), protocol_version=5)
     session = cluster.connect()
     session.row_factory = {"tuple": tuple_factory, "dict": dict_factory, "named_tuple": named_tuple_factory,
                            "numpy": tuple_factory}[mode]
-    if mode == "numpy":
-        session.client_protocol_handler = NumpyProtocolHandler
-    statement = session.prepare(f"SELECT {', '.join(schema.names)} FROM {KEYSPACE}.{TABLE}")
+    # the exact decoders of the read path (timestamps as integers, sets as lists); numpy has its own handler
+    session.client_protocol_handler = NumpyProtocolHandler if mode == "numpy" else exact_protocol_handler()
+    statement = session.prepare(f"SELECT {', '.join(selectors)} FROM {KEYSPACE}.{TABLE}")
     statement.fetch_size = fetch_size
     seen = 0
     paging = None
@@ -62,13 +62,13 @@ def scan(mode: str, rows: int, fetch_size: int) -> float:
                 # measured with driver 3.30.1 on Cassandra 5.0 (protocol v4 and v5, prepared or not)
                 raise RuntimeError(f"NumpyProtocolHandler returned {type(page).__name__} of {len(page)} rows for "
                                    "a non-empty page: this path is unusable with this driver")
-            arrays = [pa.array(page[name], type=field.type) if page[name].dtype != object
-                      else conv(list(page[name])) for name, field, conv in zip(
-                          schema.names, schema, converters, strict=True)]
+            arrays = [pa.array(page[key], type=field.type) if page[key].dtype != object
+                      else conv(list(page[key])) for key, field, conv in zip(page, schema, converters, strict=True)]
             batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
         else:
-            if mode == "dict":
-                cols = [[r[name] for r in page] for name in schema.names]
+            if mode == "dict":  # keys are the selectors' names: by position, as hand-written code would by name
+                keys = list(page[0]) if page else []
+                cols = [[r[key] for r in page] for key in keys]
             else:
                 cols = [list(c) for c in zip(*page, strict=True)]
             batch = pa.RecordBatch.from_arrays([conv(c) for conv, c in zip(converters, cols, strict=True)],
@@ -100,13 +100,16 @@ def main() -> int:
             continue
         median = statistics.median(times)
         results[mode] = {"seconds": round(median, 3), "rows_per_s": round(args.rows / median)}
+    if "seconds" not in results["tuple"]:
+        print(f"bench_emitter: the emitter's own path failed: {results['tuple']['error']}", file=sys.stderr)
+        return 1
     base = results["tuple"]["seconds"]
     for mode, r in results.items():
         if "seconds" in r:
             r["ratio_to_tuple"] = round(base / r["seconds"], 2)
             print(f"{mode:12s} {r['rows_per_s']:>10,} rows/s  {r['ratio_to_tuple']:.2f}x tuple")
-    out = ROOT / "bench" / "results" / "emitter.json"
-    out.write_text(json.dumps({"rows": args.rows, "fetch_size": args.fetch_size, "results": results}, indent=2))
+    record("emitter", f"bench/bench_emitter.py --rows {args.rows} --repeat {args.repeat}", rows=args.rows,
+           fetch_size=args.fetch_size, results=results)
     return 0
 
 
