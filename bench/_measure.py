@@ -89,3 +89,16 @@ def record(name: str, command: str, **fields: object) -> Path:
     path = root / "bench" / "results" / f"{name}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
+
+
+def record_run(name: str, fields: dict[str, object], env: tuple[str, ...] = ()) -> Path:
+    """:func:`record` with the command this process was started with (and the named environment variables that
+    change what it measures, as a prefix)."""
+    import shlex
+    import sys
+
+    prefix = "".join(f"{k}={shlex.quote(os.environ[k])} " for k in env if k in os.environ)
+    command = f"{prefix}.venv/bin/python bench/{Path(sys.argv[0]).name} {shlex.join(sys.argv[1:])}".rstrip()
+    path = record(name, command, **{k: v for k, v in fields.items() if k != "command"})
+    print(f"wrote {path.relative_to(path.parents[2])}")
+    return path

@@ -28,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._measure import run  # noqa: E402
+from bench._measure import record_run, run  # noqa: E402
 from bench.cassandra_table import HOSTS, KEYSPACE, TABLE, ensure_cassandra, ensure_loaded  # noqa: E402
 
 MIN_TOKEN, MAX_TOKEN = -(2**63), 2**63 - 1
@@ -135,9 +135,7 @@ def main() -> int:
             r["ratio_to_driver_per_core"] = round(r["rows_per_s"] / ceiling["rows_per_s"], 2)
         print("ratio to the driver, one process per core: "
               + ", ".join(f"{k} {v['ratio_to_driver_per_core']}" for k, v in results.items()))
-    out = ROOT / "bench" / "results" / "cassandra.json"
-    out.write_text(json.dumps({"rows": args.rows, "repeat": args.repeat, "cores": os.cpu_count(),
-                               "results": results}, indent=2))
+    record_run("cassandra", {"rows": args.rows, "repeat": args.repeat, "results": results})
     return 0
 
 

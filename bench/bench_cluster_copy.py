@@ -12,7 +12,6 @@ same round. Every copy's Parquet rows are counted before its time counts; median
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -22,7 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._measure import Measured, run  # noqa: E402
+from bench._measure import (  # noqa: E402
+    Measured,
+    record_run,  # noqa: E402
+    run,
+)
 from bench.cassandra_table import HOSTS, KEYSPACE, TABLE, ensure_cassandra, ensure_loaded  # noqa: E402
 from scripts.spark_standalone import standalone_cluster  # noqa: E402
 
@@ -61,11 +64,7 @@ def main() -> int:
     print(f"\n{'method':46s} {'wall s':>8s} {'rows/s':>10s}")
     for name, r in results.items():
         print(f"{name:46s} {r['wall_s']:8.2f} {r['rows_per_s']:10,d}")
-    out_file = ROOT / "bench" / "results" / "cluster_copy.json"
-    out_file.write_text(json.dumps({"rows": args.rows, "repeat": args.repeat, "results": results,
-                                    "command": "python bench/bench_cluster_copy.py " + " ".join(sys.argv[1:])},
-                                   indent=2) + "\n")
-    print(f"wrote {out_file}")
+    record_run("cluster_copy", {"rows": args.rows, "repeat": args.repeat, "results": results})
     return 0
 
 

@@ -17,7 +17,6 @@ Target: splitsource costs at most 10% against (2), i.e. a ratio of at least 0.90
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
@@ -36,6 +36,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get
 import pyarrow as pa  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
+
+from bench._measure import record_run  # noqa: E402
 
 COLUMNS = "id:bigint,value:double,name:string"
 BATCH = 65536
@@ -127,8 +129,7 @@ def main() -> int:
         ratio = results["splitsource"][op] / results["minimal_arrow"][op]
         vs_range = results["splitsource"][op] / results["spark_range"][op]
         print(f"{op:14s} splitsource/minimal_arrow = {ratio:.2f}   splitsource/spark_range = {vs_range:.2f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"rows": rows, "repeat": args.repeat, "rows_per_s": results}, indent=2))
+    record_run(args.out.stem, {"rows": rows, "repeat": args.repeat, "results": results})
     return 0
 
 

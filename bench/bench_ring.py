@@ -30,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._measure import record_run  # noqa: E402
 from connectors.cassandra import CassandraSource  # noqa: E402
 from connectors.cassandra._options import CassandraOptions  # noqa: E402
 from connectors.cassandra._planner import gather_estimates, plan_ring  # noqa: E402
@@ -164,10 +165,7 @@ def main() -> int:
     print(f"taking every split: {results['batches']:,} batches in {results['take_all_s']} s; largest offset "
           f"{results['largest_offset_bytes']:,} bytes (target < 65,536); enumerator peak "
           f"{results['enumerator_peak_mb']} MB; a restart at batch 200: {results.get('restart_at_batch_200_s')} s")
-    out = ROOT / "bench" / "results" / "ring.json"
-    out.write_text(json.dumps({**results, "command": "python bench/bench_ring.py " + " ".join(sys.argv[1:])},
-                              indent=2) + "\n")
-    print(f"wrote {out}")
+    record_run("ring", results)
     return 0
 
 

@@ -11,7 +11,6 @@ Writes bench/results/sink.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -21,6 +20,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench._measure import record_run  # noqa: E402
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -66,8 +69,9 @@ def main() -> int:
         spark.stop()
     ratio = results["bucketing_parquet"]["rows_per_s"] / results["spark_parquet"]["rows_per_s"]
     print(f"bucketing / spark parquet = {ratio:.2f} (target >= 0.90)")
-    (ROOT / "bench" / "results" / "sink.json").write_text(json.dumps(
-        {"rows": args.rows, "repeat": args.repeat, "results": results, "ratio": round(ratio, 2)}, indent=2))
+    name = "sink" if "ARROW_BATCH" not in os.environ else f"sink-arrow-batch-{os.environ['ARROW_BATCH']}"
+    record_run(name, {"rows": args.rows, "repeat": args.repeat, "results": results, "ratio": round(ratio, 2)},
+               env=("ARROW_BATCH",))
     return 0
 
 

@@ -15,7 +15,6 @@ an idle worker left from before. Writes bench/results/sink_buckets.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -27,6 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench._measure import record_run  # noqa: E402
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
@@ -158,8 +160,8 @@ def main() -> int:
         shutil.rmtree(out, ignore_errors=True)
         spark.stop()
     name = "sink_buckets.json" if args.repeat == 1 else f"sink_buckets-repeat-{args.repeat}.json"
-    (ROOT / "bench" / "results" / name).write_text(json.dumps(
-        {"rows": args.rows, "buffer_mb": args.buffer_mb, "repeat": args.repeat, "results": results}, indent=2) + "\n")
+    record_run(name.removesuffix(".json"), {"rows": args.rows, "buffer_mb": args.buffer_mb, "repeat": args.repeat,
+                                            "results": results})
     return 0
 
 

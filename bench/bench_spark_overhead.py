@@ -18,7 +18,6 @@ Target (issue 17): Spark engine <= bare spark + local engine + 5 s; a re-run und
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -28,7 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._measure import Measured, run  # noqa: E402
+from bench._measure import (  # noqa: E402
+    Measured,
+    record_run,  # noqa: E402
+    run,
+)
 from splitsource.spark._jvm import ensure_archive  # noqa: E402
 
 BARE = """
@@ -76,13 +79,10 @@ def main() -> int:
     print(f"\nSpark engine {wall['copy (Spark engine)']:.2f} s against bare Spark + local engine + 5 s = "
           f"{budget:.2f} s: {'within' if wall['copy (Spark engine)'] <= budget else 'over by'} "
           f"{abs(wall['copy (Spark engine)'] - budget):.2f} s")
-    out_file = ROOT / "bench" / "results" / "spark_overhead.json"
-    out_file.write_text(json.dumps({"rows": args.rows, "repeat": args.repeat,
-                                    "command": "python bench/bench_spark_overhead.py " + " ".join(sys.argv[1:]),
-                                    "wall_s": {k: round(v, 2) for k, v in wall.items()},
-                                    "runs_s": {k: [round(m.seconds, 2) for m in v] for k, v in runs.items()},
-                                    "target_s": round(budget, 2)}, indent=2) + "\n")
-    print(f"wrote {out_file}")
+    record_run("spark_overhead", {
+        "rows": args.rows, "repeat": args.repeat, "target_s": round(budget, 2),
+        "results": {k: {"wall_s": round(v, 2), "runs_s": [round(m.seconds, 2) for m in runs[k]]}
+                    for k, v in wall.items()}})
     return 0
 
 

@@ -12,7 +12,6 @@ it.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -21,6 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench._measure import record_run  # noqa: E402
 
 COLUMNS = "id:bigint,name:string,score:double,at:timestamp"
 
@@ -94,10 +95,8 @@ def main() -> int:
                       f"{result['window_s']:5.1f} s ({result['rows']:,} rows, wall {result['wall_s']} s)  "
                       f"ratio {result['ratio']:.3f}", flush=True)
     suffix = f"-batches-{args.max_splits_per_batch}" if args.max_splits_per_batch else ""
-    target = ROOT / "bench" / "results" / f"throttle{suffix}.json"
-    target.write_text(json.dumps({"seconds": args.seconds, "arrow_bytes_per_row": round(per_row, 1),
-                                  "results": results}, indent=2) + "\n")
-    print(f"raw results: {target.relative_to(ROOT)}")
+    record_run(f"throttle{suffix}", {"seconds": args.seconds, "arrow_bytes_per_row": round(per_row, 1),
+                                     "results": results})
     return 0 if all(0.9 <= float(r["ratio"]) <= 1.1 for r in results) else 1  # type: ignore[arg-type]
 
 

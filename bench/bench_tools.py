@@ -36,7 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import tools  # noqa: E402
-from bench._measure import Measured, run  # noqa: E402
+from bench._measure import (  # noqa: E402
+    Measured,
+    record_run,  # noqa: E402
+    run,
+)
 from bench.cassandra_table import HOSTS, KEYSPACE, TABLE, ensure_cassandra, ensure_loaded  # noqa: E402
 from splitsource.spark._jvm import ensure_archive  # noqa: E402
 
@@ -195,10 +199,8 @@ def main() -> int:
               f"{r.get('ratio_to_splitsource_copy', float('nan')):8.2f} "
               f"{r.get('ratio_to_driver_per_core', float('nan')):9.2f}")
     # a partial run (--only) must not replace the full side-by-side figures
-    out = ROOT / "bench" / "results" / ("tools-only.json" if args.only else "tools.json")
-    out.write_text(json.dumps({"rows": args.rows, "repeat": args.repeat, "cores": CORES, "baseline": BASELINE,
-                               "command": "python bench/bench_tools.py " + " ".join(sys.argv[1:]),
-                               "results": results}, indent=2) + "\n")
+    out = record_run("tools-only" if args.only else "tools", {"rows": args.rows, "repeat": args.repeat,
+                                                               "baseline": BASELINE, "results": results})
     try:
         chart(results, args.rows, out.with_suffix(".png"))
         print(f"\nwrote {out} and {out.with_suffix('.png')}")

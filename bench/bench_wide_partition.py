@@ -13,7 +13,6 @@ smallest ``request_timeout_s`` of 0.1 s; the figures printed at the end show it.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -23,6 +22,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench._measure import record_run  # noqa: E402
 
 KEYSPACE, TABLE, KEY = "bench", "wide", 7
 
@@ -117,10 +118,8 @@ def main() -> int:
         print(f"{name:52} {best:7.3f} s  {args.rows / best:>10,.0f} rows/s  x{best / baseline:5.2f}  "
               f"events {runs[0][2] or '-'}", flush=True)
     print(f"one page of 5,000 rows: {t5000 * 1000:.1f} ms, of 1,250 rows: {t1250 * 1000:.1f} ms")
-    target = ROOT / "bench" / "results" / "wide_partition.json"
-    target.write_text(json.dumps({"rows": args.rows, "page_5000_s": t5000, "page_1250_s": t1250,
-                                  "results": results}, indent=2) + "\n")
-    print(f"raw results: {target.relative_to(ROOT)}")
+    record_run("wide_partition", {"rows": args.rows, "page_5000_s": t5000, "page_1250_s": t1250,
+                                  "results": results})
     return 0
 
 

@@ -18,7 +18,6 @@ workers, planning) is the difference between its wall time and the local engine'
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._measure import record_run  # noqa: E402
 from bench.cassandra_table import HOSTS, KEYSPACE, TABLE, ensure_cassandra, ensure_loaded  # noqa: E402
 
 
@@ -118,8 +118,7 @@ def main() -> int:
     for stage, seconds in result["stages_s"].items():
         print(f"  {stage:8s} {seconds:6.2f} s  {seconds / wall:6.1%}")
     print(f"  client CPU {result['client_cpu_s']:.1f} s, Cassandra CPU {result['cassandra_cpu_s']} s")
-    out = ROOT / "bench" / "results" / f"profile_{args.format}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    record_run(f"profile_{args.format}", result)
     return 0
 
 

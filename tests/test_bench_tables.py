@@ -38,3 +38,11 @@ def test_a_changed_figure_and_a_missing_commit_show(tmp_path: Path, monkeypatch:
                                     cwd=ROOT).stdout.strip()
     (results / "cluster_copy.json").write_text(json.dumps(data))
     assert "Status: current: nothing it measures changed since" in bench_tables.render()
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").glob("*.py")
+                                           if p.name.startswith(("bench_", "profile_"))))
+def test_every_benchmark_parses_its_command_line(script: str) -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--help"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0 and "usage:" in result.stdout, result.stderr[-2000:]
