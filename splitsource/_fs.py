@@ -7,8 +7,8 @@ guessing from a URI:
   synced (local file systems, HDFS). The door then syncs in the order databases use: write a temporary, sync it,
   rename it into place, sync the directory. On object stores an object is durable once its upload completes, and
   these syncs are no-ops.
-- ``exclusive_create``: creating a file fails if it exists, atomically (``O_EXCL``), so two writers cannot both
-  take a lock.
+- ``exclusive_create``: creating a file fails if it exists, atomically (``O_EXCL``; on S3 a ``PutObject`` with
+  ``If-None-Match: *``, see :mod:`splitsource._s3`), so two writers cannot both take a lock.
 - ``atomic_overwrite``: a reader sees the old file or the new one, never a mix (rename over an existing name).
 - ``truncate``: a file can be cut back to a valid length in place (row-format recovery).
 
@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from splitsource._errors import OptionsError
+from splitsource._s3 import for_filesystem
 
 __all__ = [
     "SYNC_POINTS",
@@ -77,6 +78,8 @@ class Capabilities:
 
 LOCAL = Capabilities(durable_rename=True, exclusive_create=True, atomic_overwrite=True, truncate=True)
 OBJECT_STORE = Capabilities(durable_rename=False, exclusive_create=False, atomic_overwrite=False, truncate=False)
+OBJECT_STORE_CONDITIONAL = Capabilities(durable_rename=False, exclusive_create=True, atomic_overwrite=False,
+                                        truncate=False)
 HADOOP = Capabilities(durable_rename=True, exclusive_create=False, atomic_overwrite=False, truncate=False)
 
 
@@ -178,12 +181,19 @@ class Store:
     def __init__(self, fs: pafs.FileSystem) -> None:
         self.fs = fs
         self.local = isinstance(fs, pafs.LocalFileSystem)
+        # S3: creates with If-None-Match (splitsource._s3), whose enforcement a copy probes at start
+        self.conditional = None if self.local else for_filesystem(fs)
         if self.local:
             self.capabilities = LOCAL
         elif fs.type_name in ("hdfs",):
             self.capabilities = HADOOP
+        elif self.conditional is not None:
+            self.capabilities = OBJECT_STORE_CONDITIONAL
         else:
             self.capabilities = OBJECT_STORE
+
+    def __reduce__(self) -> tuple[Any, ...]:  # to executors: the file system only (clients are made again there)
+        return (Store, (self.fs,))
 
     # -- reading -------------------------------------------------------------------------------------------------
 
@@ -228,6 +238,10 @@ class Store:
         ``exclusive``: never replace, raise :class:`FileExistsError` if ``path`` exists (atomic where the store has
         ``exclusive_create``; a check then a write elsewhere)."""
         if not self.local:
+            if exclusive and self.conditional is not None:
+                if not self.conditional.create(path, data):
+                    raise FileExistsError(errno.EEXIST, "exists", path)
+                return
             if exclusive and self.exists(path):
                 raise FileExistsError(errno.EEXIST, "exists", path)
             with self.fs.open_output_stream(path) as stream:  # an object appears whole when its upload completes
@@ -261,6 +275,8 @@ class Store:
         """Create ``path`` holding ``data`` unless it exists; False if it does. Atomic where the store has
         ``exclusive_create``; elsewhere a check then a write (callers say so to their users)."""
         if not self.local:
+            if self.conditional is not None:  # the store decides (If-None-Match: *)
+                return self.conditional.create(path, data)
             if self.exists(path):
                 return False
             with self.fs.open_output_stream(path) as stream:

@@ -185,6 +185,9 @@ def _parser() -> argparse.ArgumentParser:
                            "the summary's figures or the error, and the exit code")
     copy.add_argument("--overwrite", action="store_true",
                       help="start over: delete every file of the output and the checkpoint's progress first")
+    copy.add_argument("--single-writer", action="store_true",
+                      help="vouch that only this copy writes the output: needed on a store that cannot create a "
+                           "file only where none exists (an S3 compatible without If-None-Match, HDFS)")
 
     verify = sub.add_parser("verify", help="compare the committed output with the source (count and checksum)",
                             allow_abbrev=False)
@@ -213,6 +216,7 @@ def _copy(args: argparse.Namespace) -> int:
         max_rows_per_second=args.max_rows_per_second, max_mb_per_second=args.max_mb_per_second,
         progress=None if args.quiet else Progress(), engine=args.engine, workers=args.workers,
         overwrite=args.overwrite,
+        single_writer=args.single_writer,
     )
     print(summary.text())
     if args.summary_json:

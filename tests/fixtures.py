@@ -128,3 +128,44 @@ def cassandra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CassandraNod
         yield CassandraNode(f"127.0.0.{index}", 9042, root, index)
     finally:
         stop(root, sig=signal.SIGKILL)  # throwaway data: a clean drain would take up to a minute
+
+
+@dataclass(frozen=True)
+class S3Server:
+    """The tests' S3-compatible server (SeaweedFS, scripts/s3server.py): the environment a client sets, and a
+    bucket of its own for each test that asks (:meth:`bucket_uri`)."""
+
+    env: dict[str, str]
+
+    def uri(self, path: str) -> str:
+        return f"s3://lake/{path}"
+
+
+S3_PORTS = range(18533, 18633, 10)  # a server takes six ports from its first
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 API on loopback, started from the cache (built by ``scripts/s3server.py install``, which
+    scripts/test.sh runs); the standard AWS variables are set for this process and its children."""
+    from scripts.s3server import port_open, start, stop
+
+    root = tmp_path_factory.mktemp("s3")
+    port = next((p for p in S3_PORTS if not any(port_open("127.0.0.1", p + i, 0.2) for i in range(6))), None)
+    if port is None:
+        pytest.fail("no six free ports for the S3 server in 18533-18632", pytrace=False)
+    try:
+        env = start(root, port=port, bucket="lake")
+    except SystemExit as exc:
+        pytest.fail(f"the S3 server did not start: {exc}", pytrace=False)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield S3Server(env)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        stop(root)

@@ -28,7 +28,7 @@ from splitsource._fs import child_uri, is_uri, redact, resolve_filesystem, sibli
 from splitsource._offsets import source_fingerprint
 from splitsource._planning import build_source
 from splitsource.copyjob._claim import FINISHED_FILE, check_paths, claim, start_over, undo_unstarted
-from splitsource.copyjob._ownership import CopyLock
+from splitsource.copyjob._ownership import CopyLock, check_one_writer
 from splitsource.copyjob._protocol import CopyRun, EngineResult
 from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
@@ -218,6 +218,7 @@ def copy(
     engine: str = "spark",
     workers: int = 0,
     overwrite: bool = False,
+    single_writer: bool = False,
 ) -> CopySummary:
     """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
 
@@ -228,7 +229,9 @@ def copy(
 
     An output has one owner (see ``splitsource.copyjob._ownership``): a copy holds a lock on its output and checkpoint
     while it runs, and refuses an output another copy owns. ``overwrite`` deletes what the output holds and the
-    checkpoint's progress first, and starts afresh.
+    checkpoint's progress first, and starts afresh. On a store that cannot create a file only where none exists
+    (an S3 compatible that ignores ``If-None-Match``, HDFS) the lock cannot exclude a second copy, and the copy
+    refuses to start unless ``single_writer`` vouches that only it writes there.
 
     Raises :class:`OptionsError` for bad options, :class:`CheckpointError` for a foreign or corrupt checkpoint,
     an output owned by another copy or a running copy, and :class:`CopyError` when the job fails; none of them
@@ -272,10 +275,11 @@ def copy(
     made = [p for p in (output, checkpoint) if not _exists(p)]
     committer = _committer(sink)
     failed, locked = True, False
+    places = [(f"output {redact(output)}", child_uri(output, META_DIR)),
+              (f"checkpoint {redact(checkpoint)}", checkpoint)]
+    check_one_writer(places, single_writer)
     try:
-        with CopyLock([(f"output {redact(output)}", child_uri(output, META_DIR)),
-                       (f"checkpoint {redact(checkpoint)}", checkpoint)],
-                      command=f"splitsource copy --engine {engine}"):
+        with CopyLock(places, command=f"splitsource copy --engine {engine}"):
             locked = True
             if overwrite:
                 start_over(output, checkpoint, committer)

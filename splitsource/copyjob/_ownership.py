@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from splitsource._errors import CheckpointError, LockedError
+from splitsource._errors import CheckpointError, LockedError, OptionsError
 from splitsource._fs import Store, resolve_filesystem
 from splitsource.sink._committer import LOCK_FILE, META_DIR, OWNER_FILE
 
@@ -93,6 +94,30 @@ def _gone(holder: Holder) -> bool:
         return False
     started = _process_start(holder.pid)
     return started is None or (bool(holder.started) and started != holder.started)
+
+
+def check_one_writer(places: list[tuple[str, str]], single_writer: bool) -> None:
+    """Refuse a place on a store that cannot create a file only where none exists (a lock there is a check then a
+    write: two copies started together could both take it), unless the user vouches for a single writer
+    (``single_writer``); S3 is probed, since a compatible store may ignore ``If-None-Match``."""
+    from splitsource._s3 import conditional_create_enforced
+
+    for what, directory in places:
+        fs, base = resolve_filesystem(directory)
+        if fs.local:
+            continue
+        fs.make_dirs(base)
+        enforced = fs.conditional is not None and conditional_create_enforced(fs.conditional, base, fs.fs)
+        if enforced:
+            continue
+        why = ("ignores If-None-Match on PutObject" if fs.conditional is not None
+               else "cannot create a file only where none exists")
+        if not single_writer:
+            raise OptionsError(f"{what}: the store {why}, so two copies started together could both write it; "
+                               "run one copy at a time there and say so with option 'single_writer' "
+                               "(--single-writer)")
+        print(f"splitsource copy: {what}: the store {why}; relying on single_writer (one copy at a time)",
+              file=sys.stderr, flush=True)
 
 
 class CopyLock:

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""A local S3-compatible server for trying and testing copies to object storage: SeaweedFS (Apache-2.0), built once
+from the Go module proxy into the cache, run as ``weed mini`` on a loopback address with its own credentials.
+
+    python scripts/s3server.py install                     # build weed into ~/.cache/splitsource (about 5 minutes)
+    python scripts/s3server.py start [--dir D] [--port 18333] [--bucket lake]
+    python scripts/s3server.py stop [--dir D]
+
+``start`` prints the environment a client needs (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL,
+AWS_REGION). It reuses a server that runs under ``--dir`` and deletes nothing; ``stop`` stops it by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODULE = "github.com/seaweedfs/seaweedfs"
+VERSION = "v0.0.0-20261109003541-7506e5f91cd6"  # the module proxy serves this pseudo-version of SeaweedFS 4.x
+REPLACE = "github.com/tyler-smith/go-bip39 => github.com/cosmos/go-bip39 v1.0.0"  # SeaweedFS's own go.mod has it
+CACHE = Path(os.environ.get("SPLITSOURCE_CACHE", Path.home() / ".cache" / "splitsource"))
+BINARY = CACHE / f"seaweedfs-{VERSION.split('-')[1]}" / "weed"
+DEFAULT_DIR = Path(tempfile.gettempdir()) / "splitsource-s3"
+ACCESS_KEY, SECRET_KEY, REGION = "splitsource", "splitsource-secret", "us-east-1"
+
+
+def install() -> Path:
+    """Build ``weed`` once (a throwaway module that requires SeaweedFS at VERSION) and keep it in the cache."""
+    if BINARY.exists():
+        return BINARY
+    if shutil.which("go") is None:
+        raise SystemExit("s3server.py: Go is needed to build SeaweedFS (https://go.dev/dl/)")
+    with tempfile.TemporaryDirectory(prefix="splitsource-weed-") as work:
+        (Path(work) / "go.mod").write_text(f"module splitsource.local/weed\n\ngo 1.26\n\nreplace {REPLACE}\n")
+        env = {**os.environ, "GOFLAGS": "-mod=mod"}
+        for command in (["go", "get", f"{MODULE}/weed@{VERSION}"],
+                        ["go", "build", "-o", str(Path(work) / "weed"), f"{MODULE}/weed"]):
+            print(f"s3server.py: {' '.join(command)}", file=sys.stderr, flush=True)
+            done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"s3server.py: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
+        BINARY.parent.mkdir(parents=True, exist_ok=True)
+        tmp = BINARY.with_suffix(".tmp")
+        shutil.copy(Path(work) / "weed", tmp)
+        tmp.replace(BINARY)
+    return BINARY
+
+
+def port_open(address: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def environment(address: str, port: int) -> dict[str, str]:
+    """What a client sets to reach the server (the standard AWS variables)."""
+    return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_ENDPOINT_URL": f"http://{address}:{port}", "AWS_REGION": REGION}
+
+
+def _pid(root: Path) -> int | None:
+    try:
+        pid = int((root / "weed.pid").read_text())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def start(root: Path = DEFAULT_DIR, address: str = "127.0.0.1", port: int = 18333, bucket: str = "lake",
+          timeout: float = 120.0) -> dict[str, str]:
+    """Start ``weed mini`` under ``root`` (S3 on ``address:port``, its other services on the ports after it) unless
+    one runs there already; wait until the bucket answers; the client environment."""
+    if _pid(root) is None:
+        if port_open(address, port):
+            raise SystemExit(f"s3server.py: something else answers on {address}:{port}: use another --port")
+        binary = install()
+        (root / "data").mkdir(parents=True, exist_ok=True)
+        config = root / "s3.json"
+        config.write_text(json.dumps({"identities": [{
+            "name": "splitsource", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+        ports = {"s3.port": port, "master.port": port + 1, "volume.port": port + 2, "filer.port": port + 3,
+                 "webdav.port": port + 4, "admin.port": port + 5, "admin.port.legacy": 0, "s3.port.iceberg": 0,
+                 "s3.port.lance": 0}
+        command = [str(binary), "mini", f"-dir={root / 'data'}", f"-ip={address}", f"-ip.bind={address}",
+                   f"-bucket={bucket}", f"-s3.config={config}", "-master.telemetry=false", "-admin.ui=false",
+                   "-webdav=false", *(f"-{k}={v}" for k, v in ports.items())]
+        with open(root / "weed.log", "ab") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (root / "weed.pid").write_text(str(proc.pid))
+        deadline = time.monotonic() + timeout
+        while not _bucket_answers(address, port, bucket):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop(root)
+                tail = (root / "weed.log").read_text(errors="replace")[-3000:]
+                raise SystemExit(f"s3server.py: SeaweedFS did not serve {bucket} on {address}:{port}:\n{tail}")
+            time.sleep(0.3)
+    return environment(address, port)
+
+
+def _bucket_answers(address: str, port: int, bucket: str) -> bool:
+    if not port_open(address, port):
+        return False
+    import pyarrow.fs as pafs
+
+    fs = pafs.S3FileSystem(access_key=ACCESS_KEY, secret_key=SECRET_KEY, endpoint_override=f"{address}:{port}",
+                           scheme="http", region=REGION, connect_timeout=1, request_timeout=2)
+    try:
+        return fs.get_file_info(bucket).type == pafs.FileType.Directory
+    except OSError:
+        return False
+
+
+def stop(root: Path = DEFAULT_DIR, timeout: float = 30.0) -> None:
+    pid = _pid(root)
+    if pid is None:
+        return
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _pid(root) is not None and time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    if _pid(root) is not None:
+        os.killpg(pid, signal.SIGKILL)
+    (root / "weed.pid").unlink(missing_ok=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"data and log (default {DEFAULT_DIR})")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("install", help="build weed into the cache (Go and the module proxy)")
+    p_start = sub.add_parser("start", parents=[common], help="start (or reuse) the server; print its environment")
+    p_start.add_argument("--address", default="127.0.0.1")
+    p_start.add_argument("--port", type=int, default=18333, help="S3 port (the next five are its other services)")
+    p_start.add_argument("--bucket", default="lake")
+    sub.add_parser("stop", parents=[common], help="stop the server under --dir")
+    args = parser.parse_args(argv)
+    if args.command == "install":
+        print(install())
+    elif args.command == "start":
+        for key, value in start(args.dir.resolve(), args.address, args.port, args.bucket).items():
+            print(f"export {key}={value}")
+    else:
+        stop(args.dir.resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

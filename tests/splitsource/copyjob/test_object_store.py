@@ -1,0 +1,132 @@
+"""Copies to an S3-compatible store (SeaweedFS on loopback, started by scripts/s3server.py): exact output, one
+owner when two copies start together, and a store without conditional creates refused unless vouched for."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures import ROOT
+
+pytestmark = pytest.mark.slow
+
+ROWS = 4000
+COPY = ["copy", "--connector", "generator", "-o", f"rows={ROWS}", "-o", "split_rows=250", "--engine", "local",
+        "--workers", "1", "--quiet"]
+
+# Both copies stop right before they create the output's lock, until both are there: the interleaving that makes
+# a check-then-write lock fail (both checked, neither created yet); "plain" takes the store's condition away from
+# both locks (and meets at the checkpoint's lock too).
+RACER = textwrap.dedent("""
+    import os, sys, time
+    from splitsource import _fs
+    from splitsource.cli import main
+
+    gate, me, plain = sys.argv[1], sys.argv[2], sys.argv[3] == "plain"
+    original = _fs.Store.create
+
+    def meet(name):
+        os.makedirs(os.path.join(gate, name), exist_ok=True)
+        open(os.path.join(gate, name, me), "w").close()
+        deadline = time.monotonic() + 60
+        while len(os.listdir(os.path.join(gate, name))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def create(self, path, data):
+        if path.endswith("_bucketing/lock.json"):
+            meet("output")
+        if plain and path.endswith("lock.json"):
+            self.conditional = None
+            if not path.endswith("_bucketing/lock.json"):
+                meet("checkpoint")
+        return original(self, path, data)
+
+    _fs.Store.create = create
+    sys.exit(main(sys.argv[4:]))
+""")
+
+
+def _ids(uri: str) -> list[int]:
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
+
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return sorted(ds.dataset(path, filesystem=fs, format="parquet").to_table(columns=["id"])["id"].to_pylist())
+
+
+def _race(tmp_path: Path, uri: str, mode: str) -> list[subprocess.CompletedProcess[str]]:
+    gate = tmp_path / f"gate-{uri.rsplit('/', 1)[1]}"
+    gate.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(gate), name, mode, *COPY, "--output", uri],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for name in ("a", "b")]
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    assert sorted(os.listdir(gate / "output")) == ["a", "b"], "the two copies did not both reach the lock"
+    return done
+
+
+def test_a_copy_to_s3_is_exact_and_readers_see_only_committed_rows(s3: Any) -> None:
+    from splitsource.cli import main
+
+    uri = s3.uri("exact")
+    assert main([*COPY, "--output", uri]) == 0
+    assert main(["verify", "--connector", "generator", "-o", f"rows={ROWS}", "-o", "split_rows=250",
+                 "--output", uri]) == 0
+    assert _ids(uri) == list(range(ROWS))
+
+
+def test_two_copies_started_together_never_both_write(s3: Any, tmp_path: Path) -> None:
+    from splitsource.cli import main
+
+    for trial in range(10):
+        uri = s3.uri(f"race-{trial}")
+        first, second = _race(tmp_path, uri, "conditional")
+        outcomes = sorted((first.returncode, second.returncode))
+        assert outcomes == [0, 1], (first.stderr[-2000:], second.stderr[-2000:])
+        loser = first if first.returncode else second
+        assert "is in use by another copy" in loser.stderr, loser.stderr[-2000:]
+        assert main([*COPY, "--output", uri]) == 0  # the re-run finds it finished
+        assert _ids(uri) == list(range(ROWS)), f"trial {trial}"
+
+
+def test_without_the_stores_condition_the_same_race_takes_the_lock_twice(s3: Any, tmp_path: Path) -> None:
+    # the proof that the race above is real: a check-then-write lets both copies take the lock
+    first, second = _race(tmp_path, s3.uri("race-plain"), "plain")
+    took = [p for p in (first, second) if "is in use by another copy" not in p.stderr]
+    assert len(took) == 2, (first.stderr[-2000:], second.stderr[-2000:])
+
+
+def test_a_store_that_ignores_if_none_match_is_refused_unless_vouched_for(s3: Any,
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from splitsource import _s3
+    from splitsource.cli import main
+
+    monkeypatch.setattr(_s3.ConditionalCreate, "create", _ignores_the_condition)
+    uri = s3.uri("no-condition")
+    assert main([*COPY, "--output", uri]) == 2
+    err = capsys.readouterr().err
+    assert "ignores If-None-Match on PutObject, so two copies started together could both write it" in err
+    assert "--single-writer" in err and len(err.strip().splitlines()) == 1
+    assert main([*COPY, "--output", uri, "--single-writer"]) == 0
+    assert "relying on single_writer" in capsys.readouterr().err
+    assert _ids(uri) == list(range(ROWS))
+
+
+def _ignores_the_condition(self: Any, path: str, data: bytes) -> bool:
+    import pyarrow.fs as pafs
+
+    fs, inner = pafs.FileSystem.from_uri(f"s3://{path}")
+    with fs.open_output_stream(inner) as stream:  # what a store without the condition does: overwrite
+        stream.write(data)
+    return True
