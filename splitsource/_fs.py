@@ -74,12 +74,17 @@ class Capabilities:
     exclusive_create: bool
     atomic_overwrite: bool
     truncate: bool
+    rename_is_copy: bool = False  # an object store: a file appears whole when its upload completes, and a rename
+    # copies it (a sink uploads a part under its pending name, so that its commit copies it once)
 
 
 LOCAL = Capabilities(durable_rename=True, exclusive_create=True, atomic_overwrite=True, truncate=True)
-OBJECT_STORE = Capabilities(durable_rename=False, exclusive_create=False, atomic_overwrite=False, truncate=False)
+OBJECT_STORE = Capabilities(durable_rename=False, exclusive_create=False, atomic_overwrite=False, truncate=False,
+                            rename_is_copy=True)
 OBJECT_STORE_CONDITIONAL = Capabilities(durable_rename=False, exclusive_create=True, atomic_overwrite=False,
-                                        truncate=False)
+                                        truncate=False, rename_is_copy=True)
+OTHER = Capabilities(durable_rename=False, exclusive_create=False, atomic_overwrite=False, truncate=False)
+_OBJECT_STORES = ("s3", "gcs", "abfs")  # pyarrow's type names
 HADOOP = Capabilities(durable_rename=True, exclusive_create=False, atomic_overwrite=False, truncate=False)
 
 
@@ -189,8 +194,10 @@ class Store:
             self.capabilities = HADOOP
         elif self.conditional is not None:
             self.capabilities = OBJECT_STORE_CONDITIONAL
-        else:
+        elif fs.type_name in _OBJECT_STORES:
             self.capabilities = OBJECT_STORE
+        else:
+            self.capabilities = OTHER
 
     def __reduce__(self) -> tuple[Any, ...]:  # to executors: the file system only (clients are made again there)
         return (Store, (self.fs,))

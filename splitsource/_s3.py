@@ -16,15 +16,13 @@ import threading
 import uuid
 from typing import Any
 
-import pyarrow.fs as pafs
-
 __all__ = ["ConditionalCreate", "conditional_create_enforced", "for_filesystem"]
 
 
 class ConditionalCreate:
     """Creates objects of one S3 file system only where none exists yet (one obstore client per bucket)."""
 
-    def __init__(self, fs: pafs.FileSystem) -> None:
+    def __init__(self, fs: Any) -> None:  # a pyarrow S3FileSystem
         reduced = fs.__reduce__()[1][0]
         self._settings: dict[str, Any] = reduced if isinstance(reduced, dict) else {}
         self._stores: dict[str, Any] = {}
@@ -67,7 +65,7 @@ class ConditionalCreate:
         return True
 
 
-def for_filesystem(fs: pafs.FileSystem) -> ConditionalCreate | None:
+def for_filesystem(fs: Any) -> ConditionalCreate | None:
     """The conditional creates of an S3 file system; None for other stores, or without obstore installed."""
     if fs.type_name != "s3":
         return None
@@ -78,7 +76,7 @@ def for_filesystem(fs: pafs.FileSystem) -> ConditionalCreate | None:
     return ConditionalCreate(fs)
 
 
-def conditional_create_enforced(creator: ConditionalCreate, directory: str, fs: pafs.FileSystem) -> bool:
+def conditional_create_enforced(creator: ConditionalCreate, directory: str, fs: Any) -> bool:
     """Whether the store refuses a second create of one key (probed with an object of our own, then deleted)."""
     probe = f"{directory.rstrip('/')}/_splitsource-probe-{uuid.uuid4().hex}"
     try:

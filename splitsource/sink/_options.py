@@ -90,6 +90,8 @@ class BucketingSinkOptions:
         return ColumnBucketer([c.strip() for c in self.bucket_columns.split(",") if c.strip()])
 
 
+MAX_OBJECT_STORE_PART_MB = 4096  # under S3's 5 GiB CopyObject limit, with room for the row group that rolls it
+
 # Spark passes its own writer options through to the data source; they are Spark's business, not the sink's.
 _SPARK_KEYS = ("checkpointlocation", "queryname", "paths")
 
@@ -99,5 +101,9 @@ def parse_sink_options(raw: Mapping[str, str]) -> BucketingSinkOptions:
     if options.bucket_columns and options.bucketer != "columns":
         raise OptionsError("option 'bucket_columns' is only used with bucketer 'columns' "
                            f"(bucketer is {options.bucketer!r})")
+    if options.path.startswith("s3://") and options.part_size_mb > MAX_OBJECT_STORE_PART_MB:
+        raise OptionsError(f"option 'part_size_mb': {options.part_size_mb:g} MiB is over "
+                           f"{MAX_OBJECT_STORE_PART_MB} on an object store, where a part is copied to its final "
+                           "name at commit and one copy request moves at most 5 GiB")
     options.make_bucketer()  # validates the pattern, the zone and the columns list now, not in a task
     return options

@@ -116,6 +116,9 @@ class BucketingSinkWriter:
             check(schema)
         self._file_schema = pa.schema([f for f in schema if f.name not in self._bucketer.columns])
         self._fs = as_store(fs)
+        # an object store: an object appears whole when its upload completes, and a rename is a copy; a part is
+        # uploaded under its pending name (the in-progress state is the upload itself), so a commit copies it once
+        self._direct = self._fs.capabilities.rename_is_copy
         self._base = base
         self._clock = clock  # processing time, for the date-time bucketer
         self._ticker = ticker  # elapsed time, for inactivity
@@ -276,13 +279,15 @@ class BucketingSinkWriter:
         self._runs.clear()
 
     def prepare_commit(self, end_of_input: bool = False) -> list[PendingFile]:
-        """The files that became pending since the last call; rolls every open file for bulk formats and at the
-        end of input, and the ones over size or inactive otherwise."""
+        """The files that became pending since the last call; rolls every open file for bulk formats, on object
+        stores and at the end of input, and the ones over size or inactive otherwise."""
         self._merge_sorted_out()
         now = self._ticker()
         for bucket in list(self._open):
             current = self._open[bucket]
-            if (end_of_input or self._format.bulk or current.writer.length >= self._options.part_size_bytes
+            # on an object store an open file is an unfinished upload, which no state can name: it rolls too
+            if (end_of_input or self._format.bulk or self._direct
+                    or current.writer.length >= self._options.part_size_bytes
                     or now - current.last_write >= self._options.inactivity_s):
                 self._roll(bucket)
         pending, self._pending = self._pending, []
@@ -337,7 +342,8 @@ class BucketingSinkWriter:
 
     def _open_file(self, bucket: str) -> _OpenFile:
         counter = self._next_counter(bucket)
-        stream = self._fs.open_output(self._path(bucket, self._names.in_progress(self._task, counter)))
+        name = (self._names.pending if self._direct else self._names.in_progress)(self._task, counter)
+        stream = self._fs.open_output(self._path(bucket, name))
         writer = self._format.open(stream, self._file_schema, compression=self._options.compression,
                                    header=self._options.csv_header, fresh=True)
         current = _OpenFile(bucket, counter, writer, last_write=self._ticker())
@@ -348,9 +354,10 @@ class BucketingSinkWriter:
         current = self._open.pop(bucket)
         self._buffered -= current.writer.buffered
         size = current.writer.close()
-        source = self._path(bucket, self._names.in_progress(self._task, current.counter))
-        self._fs.sync(source, "part.file")  # its bytes are durable before its name says it is complete
-        self._fs.move(source, self._path(bucket, self._names.pending(self._task, current.counter)))
+        if not self._direct:
+            source = self._path(bucket, self._names.in_progress(self._task, current.counter))
+            self._fs.sync(source, "part.file")  # its bytes are durable before its name says it is complete
+            self._fs.move(source, self._path(bucket, self._names.pending(self._task, current.counter)))
         self._pending.append(PendingFile(bucket, self._task, current.counter, current.rows, size))
 
     def _roll_inactive(self, now: float) -> None:

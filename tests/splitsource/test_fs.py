@@ -13,6 +13,8 @@ import pytest
 from splitsource._fs import (
     LOCAL,
     OBJECT_STORE,
+    OBJECT_STORE_CONDITIONAL,
+    OTHER,
     Store,
     child_uri,
     redact,
@@ -51,7 +53,10 @@ def test_a_uri_of_the_same_store_maps_to_its_paths_without_gluing(tmp_path: Path
 
 def test_capabilities_are_stated_by_the_store() -> None:
     assert Store(pafs.LocalFileSystem()).capabilities == LOCAL
-    assert Store(pafs.SubTreeFileSystem("/tmp", pafs.LocalFileSystem())).capabilities == OBJECT_STORE
+    assert Store(pafs.SubTreeFileSystem("/tmp", pafs.LocalFileSystem())).capabilities == OTHER
+    s3 = Store(pafs.S3FileSystem(endpoint_override="127.0.0.1:1", scheme="http", region="us-east-1"))
+    assert s3.capabilities == OBJECT_STORE_CONDITIONAL and s3.capabilities.rename_is_copy  # obstore is installed
+    assert OBJECT_STORE.rename_is_copy and not OBJECT_STORE.exclusive_create
 
 
 def test_a_move_never_replaces_an_existing_file(tmp_path: Path) -> None:

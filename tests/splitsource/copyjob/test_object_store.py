@@ -130,3 +130,42 @@ def _ignores_the_condition(self: Any, path: str, data: bytes) -> bool:
     with fs.open_output_stream(inner) as stream:  # what a store without the condition does: overwrite
         stream.write(data)
     return True
+
+
+def test_on_s3_a_part_is_uploaded_pending_and_copied_once_at_commit(s3: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow as pa
+
+    from splitsource import _fs
+    from splitsource.sink import BucketingGlobalCommitter, parse_sink_options
+    from splitsource.sink._writer import write_files
+
+    uri = s3.uri("copied-once")
+    opened, moved = [], []
+    open_output, move = _fs.Store.open_output, _fs.Store.move
+    monkeypatch.setattr(_fs.Store, "open_output", lambda self, path: (opened.append(path), open_output(self, path))[1])
+    monkeypatch.setattr(_fs.Store, "move", lambda self, src, dst: (moved.append((src, dst)), move(self, src, dst))[1])
+    for fmt in ("parquet", "jsonl"):
+        options = parse_sink_options({"path": f"{uri}-{fmt}", "format": fmt, "bucketer": "none",
+                                      "part_size_mb": "0.001"})
+        rows = pa.RecordBatch.from_arrays([pa.array(range(5000), pa.int64())], names=["id"])
+        files = write_files(options, [rows.slice(i, 1000) for i in range(0, 5000, 1000)], 0)
+        store, base = _fs.resolve_filesystem(options.path)
+        committer = BucketingGlobalCommitter(store, base, options.names)
+        committer.commit(committer.combine(files, kind="append", write_id="test"))
+        assert len(files) > 1, "the test wants several parts (part_size_mb rolls them)"
+        assert [p for p in opened if p.endswith(".in-progress")] == []  # straight to the pending name
+        parts = [(src, dst) for src, dst in moved if src.endswith(".pending")]
+        assert len(parts) == len(files) and len({dst for _, dst in parts}) == len(files)  # one copy each
+        assert len(moved) == len(parts)  # and nothing else was moved
+        assert _ids(f"{uri}-{fmt}") == list(range(5000)) if fmt == "parquet" else True
+        opened.clear()
+        moved.clear()
+
+
+def test_a_part_on_s3_must_fit_one_copy_request(s3: Any) -> None:
+    from splitsource import OptionsError
+    from splitsource.sink import parse_sink_options
+
+    with pytest.raises(OptionsError, match="option 'part_size_mb'.*5 GiB"):
+        parse_sink_options({"path": s3.uri("too-big"), "part_size_mb": "6000"})
+    parse_sink_options({"path": "/tmp/local-output", "part_size_mb": "6000"})  # a local rename has no limit
