@@ -25,14 +25,15 @@ def run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[st
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def committed_rows(out: Path) -> int:
-    import pyarrow.fs as pafs
-
+def committed_rows(out: Path | str) -> int:
+    """The rows the copy's commits hold so far (``out``: a local path or an ``s3://`` URI)."""
+    from splitsource._fs import resolve_filesystem
     from splitsource.sink import BucketingGlobalCommitter, PartNames
 
-    if not (out / "_bucketing" / "log").exists():
+    store, base = resolve_filesystem(str(out))
+    if not store.exists(f"{base}/_bucketing/log"):
         return 0
-    committer = BucketingGlobalCommitter(pafs.LocalFileSystem(), str(out), PartNames())
+    committer = BucketingGlobalCommitter(store, base, PartNames())
     records = [r for r, _ in committer.records() if r.kind == "stream"]
     return records[-1].total_rows if records else 0
 
@@ -42,10 +43,14 @@ def finished(out: Path) -> dict[str, float]:
             if p.is_file() and not any(s.startswith(("_", ".")) for s in p.relative_to(out).parts)}
 
 
-def kill_and_rerun(args: list[str], out: Path, kills: int, seed: int, jitter: float = 1.0,
-                   deadline_s: float = 240.0, watch: Callable[[], object] | None = None) -> str:
+def kill_and_rerun(args: list[str], out: Path | str, kills: int, seed: int, jitter: float = 1.0,
+                   deadline_s: float = 240.0, watch: Callable[[], object] | None = None,
+                   coordinator_alone: Callable[[int], bool] = lambda kill: False) -> str:
     """Start the copy and SIGKILL its process group once it has committed something new, at a random moment up
-    to ``jitter`` seconds later (mid-batch, mid-commit), ``kills`` times; then run it to the end. Every kill is
+    to ``jitter`` seconds later (mid-batch, mid-commit), ``kills`` times; then run it to the end. The kills for
+    which ``coordinator_alone`` says so hit the copy's own process only, leaving its workers (and a Spark
+    engine's JVM) to notice by themselves; the next run waits until no process of the killed group is left. Every
+    kill is
     checked to land in a running copy that has made progress, so the test cannot pass without its crashes.
     Returns the final run's stdout after checking it read exactly what was not committed before it."""
     rng = random.Random(seed)
@@ -66,8 +71,13 @@ def kill_and_rerun(args: list[str], out: Path, kills: int, seed: int, jitter: fl
         if watch is not None:
             watch()  # what the test looks for at the instant of the kill
         assert proc.poll() is None, f"kill {kill + 1}: the copy finished before the kill: the test proves nothing"
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        if coordinator_alone(kill):
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            _wait_for_group_to_end(proc.pid, kill)
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         if proc.stderr:
             proc.stderr.close()
     before = committed_rows(out)
@@ -78,6 +88,20 @@ def kill_and_rerun(args: list[str], out: Path, kills: int, seed: int, jitter: fl
     assert this_run == total - before, "the re-run read committed splits again (or skipped some)"
     assert 0 < before, "the kills left nothing committed: they did not land mid-copy"
     return final.stdout
+
+
+def _wait_for_group_to_end(group: int, kill: int, timeout: float = 120.0) -> None:
+    """The processes the killed coordinator left (workers, a JVM) must end by themselves."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > deadline:
+            os.killpg(group, signal.SIGKILL)
+            raise AssertionError(f"kill {kill + 1}: the copy's processes outlived its coordinator by {timeout:.0f}s")
+        time.sleep(0.1)
 
 
 def test_generator_copy_killed_many_times_ends_exact(tmp_path: Path) -> None:

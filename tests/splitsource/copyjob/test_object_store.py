@@ -169,3 +169,22 @@ def test_a_part_on_s3_must_fit_one_copy_request(s3: Any) -> None:
     with pytest.raises(OptionsError, match="option 'part_size_mb'.*5 GiB"):
         parse_sink_options({"path": s3.uri("too-big"), "part_size_mb": "6000"})
     parse_sink_options({"path": "/tmp/local-output", "part_size_mb": "6000"})  # a local rename has no limit
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_copies_to_s3_killed_many_times_end_exact(s3: Any, engine: str) -> None:
+    from splitsource._fs import resolve_filesystem
+    from tests.splitsource.copyjob.test_copy import GEN, kill_and_rerun, run
+
+    uri = s3.uri(f"storm-{engine}")
+    args = ["copy", *GEN, "--output", uri, "--max-splits-per-batch", "2", "--quiet", "--engine", engine]
+    # ten kills: most take the whole process group, every third the coordinator alone
+    stdout = kill_and_rerun(args, uri, kills=10, seed=29, jitter=0.5, coordinator_alone=lambda k: k % 3 == 2)
+    assert "copy finished: 60,000 rows" in stdout
+    check = run(["verify", *GEN, "--output", uri])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+    store, base = resolve_filesystem(uri)
+    left = [e.path for e in store.list(base, recursive=True) if e.name.endswith((".pending", ".in-progress"))]
+    assert left == [], left  # no partial or pending object left behind
+    assert _ids(uri) == list(range(60_000))
