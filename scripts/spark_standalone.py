@@ -36,8 +36,13 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, deadline: flo
 
 
 @contextmanager
-def standalone_cluster(logs: Path, *, workers: int = 1, cores: int = 2, memory: str = "1g") -> Iterator[str]:
-    """Yield the master URL of a running cluster; stop every process it started on the way out."""
+def standalone_cluster(logs: Path, *, workers: int = 1, cores: int = 2, memory: str = "1g",
+                       private_dir: Path | None = None) -> Iterator[str]:
+    """Yield the master URL of a running cluster; stop every process it started on the way out.
+
+    ``private_dir``: each worker (and so its executors) sees an empty directory of its own there, a tmpfs in a
+    mount namespace of its own (``unshare --mount``, as root): what a cluster's machines see at a local path that
+    exists on the driver's machine only."""
     env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1"}
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
     port = free_port()
@@ -54,8 +59,11 @@ def standalone_cluster(logs: Path, *, workers: int = 1, cores: int = 2, memory: 
         for n in range(workers):
             worker_port = free_port()
             worker_log = logs / f"worker-{n}.log"
+            private = ([] if private_dir is None else
+                       ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        'mount -t tmpfs splitsource-private "$0" && exec "$@"', str(private_dir)])
             worker = subprocess.Popen(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
+                [*private, spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}", "--host",
                  "127.0.0.1", "--port", str(worker_port), "--webui-port", str(free_port()), "--cores", str(cores),
                  "--memory", memory, "--work-dir", str(logs / f"work-{n}")],
                 stdout=worker_log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True,

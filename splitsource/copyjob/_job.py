@@ -277,7 +277,23 @@ def copy(
     failed, locked = True, False
     places = [(f"output {redact(output)}", child_uri(output, META_DIR)),
               (f"checkpoint {redact(checkpoint)}", checkpoint)]
-    check_one_writer(places, single_writer)
+    own_session = None
+    checked = False
+    try:
+        check_one_writer(places, single_writer)
+        on_cluster = engine == "spark" and not (spark.sparkContext.master if spark is not None
+                                                else master).startswith("local")
+        if on_cluster:  # the executors must see what this process sees, before anything is claimed
+            spark_copy = _engine("spark")
+            if spark is None:
+                spark = own_session = spark_copy.start_session(master)
+            spark_copy.check_shared_storage(spark, places)
+        checked = True
+    finally:
+        if not checked:
+            _remove_if_empty(made)
+            if own_session is not None:
+                _engine("spark").stop_session(own_session)
     try:
         with CopyLock(places, command=f"splitsource copy --engine {engine}"):
             locked = True
@@ -303,6 +319,8 @@ def copy(
     finally:
         if failed and locked:  # a copy refused by another's lock must not touch what that copy is making
             _remove_if_empty(made)
+        if own_session is not None:
+            _engine("spark").stop_session(own_session)
 
     fs, _ = resolve_filesystem(output)
     total_rows = committed_rows(committer)

@@ -228,6 +228,47 @@ def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> En
     return result
 
 
+def check_shared_storage(spark: Any, places: list[tuple[str, str]]) -> None:
+    """On a cluster: one tiny task writes a probe into each place (``(what, directory)``), and this process must
+    read it back; if it cannot, the executors write where the coordinator does not read (a local path on a
+    cluster), and the copy is refused before it claims anything."""
+    token = uuid.uuid4().hex
+    probes = [(what, child_uri(directory, f"_splitsource-probe-{token}")) for what, directory in places]
+
+    def write(_: Iterable[Any]) -> Iterator[str]:
+        import socket
+
+        from splitsource._fs import resolve_filesystem as resolve
+
+        for _what, uri in probes:
+            fs, path = resolve(uri)
+            fs.make_dirs(path.rsplit("/", 1)[0])
+            fs.write(path, token.encode(), durable=False)
+        yield socket.gethostname()
+
+    with deferred():
+        host = spark.sparkContext.parallelize([0], 1).mapPartitions(write).collect()[0]
+    try:
+        for what, uri in probes:
+            fs, path = resolve_filesystem(uri)
+            try:
+                seen = fs.read_bytes(path)
+            except (FileNotFoundError, OSError):
+                seen = b""
+            if seen != token.encode():
+                raise OptionsError(
+                    f"{what}: Spark's executors (on {host}) write where this machine does not read: a file one "
+                    "of them wrote there is not here; on a cluster the output and the checkpoint must be on "
+                    "storage every machine shares (s3://, hdfs://, a shared mount)")
+    finally:
+        for _what, uri in probes:
+            fs, path = resolve_filesystem(uri)
+            try:
+                fs.delete(path)
+            except OSError:
+                pass
+
+
 def start_session(master: str) -> Any:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local"):

@@ -178,13 +178,14 @@ def test_copies_to_s3_killed_many_times_end_exact(s3: Any, engine: str) -> None:
     from tests.splitsource.copyjob.test_copy import GEN, kill_and_rerun, run
 
     uri = s3.uri(f"storm-{engine}")
-    args = ["copy", *GEN, "--output", uri, "--max-splits-per-batch", "2", "--quiet", "--engine", engine]
+    source = [a.replace("rows=60000", "rows=120000") for a in GEN]  # 30 splits: a batch each, room for ten kills
+    args = ["copy", *source, "--output", uri, "--max-splits-per-batch", "1", "--quiet", "--engine", engine]
     # ten kills: most take the whole process group, every third the coordinator alone
-    stdout = kill_and_rerun(args, uri, kills=10, seed=29, jitter=0.5, coordinator_alone=lambda k: k % 3 == 2)
-    assert "copy finished: 60,000 rows" in stdout
-    check = run(["verify", *GEN, "--output", uri])
+    stdout = kill_and_rerun(args, uri, kills=10, seed=29, jitter=0.3, coordinator_alone=lambda k: k % 3 == 2)
+    assert "copy finished: 120,000 rows" in stdout
+    check = run(["verify", *source, "--output", uri])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
     store, base = resolve_filesystem(uri)
     left = [e.path for e in store.list(base, recursive=True) if e.name.endswith((".pending", ".in-progress"))]
     assert left == [], left  # no partial or pending object left behind
-    assert _ids(uri) == list(range(60_000))
+    assert _ids(uri) == list(range(120_000))

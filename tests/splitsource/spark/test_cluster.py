@@ -43,3 +43,32 @@ def test_read_on_a_standalone_cluster(standalone: str) -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert "RESULT 200000 200000 0 199999" in out.stdout, out.stderr[-4000:]
     assert "EXECUTOR_PIDS_DIFFER True" in out.stdout
+
+
+COPY_ROWS = 20_000
+
+
+def _copy(master: str, output: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "splitsource.cli", "copy", "--connector", "generator",
+                           "-o", f"rows={COPY_ROWS}", "-o", "split_rows=5000", "--master", master,
+                           "--output", output, "--quiet"], capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_a_cluster_copy_refuses_storage_its_executors_cannot_see_and_writes_s3_exactly(
+        tmp_path_factory: pytest.TempPathFactory, s3: object) -> None:
+    from tests.splitsource.copyjob.test_object_store import _ids
+
+    shared = tmp_path_factory.mktemp("driver-only")  # on the driver's disk; each worker sees an empty tmpfs there
+    logs = tmp_path_factory.mktemp("standalone-private")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    with standalone_cluster(logs, workers=2, cores=1, memory="1g", private_dir=shared) as url:
+        refused = _copy(url, str(shared / "out"), env)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        line = refused.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"splitsource copy: output {shared / 'out'}: Spark's executors (on "), line
+        assert "write where this machine does not read" in line
+        assert list(shared.iterdir()) == [], "the refused copy left something behind"  # claimed nothing
+        done = _copy(url, "s3://lake/from-a-cluster", env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"copy finished: {COPY_ROWS:,} rows" in done.stdout
+    assert _ids("s3://lake/from-a-cluster") == list(range(COPY_ROWS))
