@@ -211,11 +211,10 @@ def assert_exact(out: Path) -> None:
 
 @pytest.mark.spark
 @pytest.mark.parametrize("engine", ["local", "spark"])
-def test_a_replica_lost_mid_copy_costs_little_and_is_named(ring: Ring, tmp_path: Path, engine: str,
+def test_a_replica_lost_mid_copy_is_read_around_and_named(ring: Ring, tmp_path: Path, engine: str,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    # what the loss costs is bench/bench_replica_loss.py's to measure, beside a copy with every node
     ring.ensure_up(*range(FIRST, FIRST + NODES))
-    baseline, base_s, _ = run_copy(engine, tmp_path / "baseline")
-    assert baseline.returncode == 0, baseline.stderr
     lost_node = FIRST + 1
     result, lost_s, summary = run_copy(engine, tmp_path / "out", kill=(ring, lost_node))
     assert result.returncode == 0, result.stderr
@@ -226,9 +225,8 @@ def test_a_replica_lost_mid_copy_costs_little_and_is_named(ring: Ring, tmp_path:
     named = {line.split()[4] for line in result.stdout.splitlines() if line.strip().startswith("node_down in split")}
     assert named == {f"127.0.0.{lost_node}"}, result.stdout
     with capsys.disabled():
-        print(f"\n{engine} engine, {ROWS:,} rows at {RATE:,} rows/s: {base_s:.1f} s with every node, "
-              f"{lost_s:.1f} s with 127.0.0.{lost_node} SIGKILLed after the first of 4 batches "
-              f"({lost_s - base_s:+.1f} s); events {events}")
+        print(f"\n{engine} engine, {ROWS:,} rows at {RATE:,} rows/s: {lost_s:.1f} s with 127.0.0.{lost_node} "
+              f"SIGKILLed after the first of 4 batches; events {events}")
     check = subprocess.run([sys.executable, "-m", "splitsource.cli", "verify", "--connector", "cassandra",
                             "-o", f"hosts={HOSTS}", "-o", f"keyspace={KS}", "-o", f"table={TABLE}", "-o",
                             "local_dc=dc1", "--output", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
