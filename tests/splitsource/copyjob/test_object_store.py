@@ -52,12 +52,13 @@ RACER = textwrap.dedent("""
 """)
 
 
-def _ids(uri: str) -> list[int]:
+def _ids(uri: str, fmt: str = "parquet") -> list[int]:
     import pyarrow.dataset as ds
     import pyarrow.fs as pafs
 
     fs, path = pafs.FileSystem.from_uri(uri)
-    return sorted(ds.dataset(path, filesystem=fs, format="parquet").to_table(columns=["id"])["id"].to_pylist())
+    data = ds.dataset(path, filesystem=fs, format="json" if fmt == "jsonl" else fmt)
+    return sorted(data.to_table(columns=["id"])["id"].to_pylist())
 
 
 def _race(tmp_path: Path, uri: str, mode: str) -> list[subprocess.CompletedProcess[str]]:
@@ -157,7 +158,7 @@ def test_on_s3_a_part_is_uploaded_pending_and_copied_once_at_commit(s3: Any, mon
         parts = [(src, dst) for src, dst in moved if src.endswith(".pending")]
         assert len(parts) == len(files) and len({dst for _, dst in parts}) == len(files)  # one copy each
         assert len(moved) == len(parts)  # and nothing else was moved
-        assert _ids(f"{uri}-{fmt}") == list(range(5000)) if fmt == "parquet" else True
+        assert _ids(f"{uri}-{fmt}", fmt) == list(range(5000))
         opened.clear()
         moved.clear()
 
