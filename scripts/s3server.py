@@ -17,12 +17,17 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":  # scripts/ holds cassandra.py, which would shadow the driver: the repository first
+    sys.path[0] = str(ROOT)
+
+from scripts.cassandra import port_open  # noqa: E402
 
 MODULE = "github.com/seaweedfs/seaweedfs"
 VERSION = "v0.0.0-20261109003541-7506e5f91cd6"  # the module proxy serves this pseudo-version of SeaweedFS 4.x
@@ -53,14 +58,6 @@ def install() -> Path:
         shutil.copy(Path(work) / "weed", tmp)
         tmp.replace(BINARY)
     return BINARY
-
-
-def port_open(address: str, port: int, timeout: float = 0.5) -> bool:
-    try:
-        with socket.create_connection((address, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def environment(address: str, port: int) -> dict[str, str]:
