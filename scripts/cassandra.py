@@ -445,10 +445,30 @@ def start(root: Path, nodes: int = 1, num_tokens: int = 16, heap_mb: int = 1024,
         marker.write_text(cluster_name + "\n")
         version_file.write_text(settings.version + "\n")
         if running_pid(node) is None:
-            proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name, seed=first, settings=settings)
-            wait_for_cql(node, proc, time.monotonic() + timeout, settings)
+            _start_and_wait(node, nodes, num_tokens, heap_mb, cluster_name, first, timeout, settings)
         started.append(node)
     return started
+
+
+SEEDS_UNSEEN = "Unable to contact any seeds"  # a joining node that heard no gossip in its ring delay gives up
+
+
+def _start_and_wait(node: Node, nodes: int, num_tokens: int, heap_mb: int, cluster_name: str, first: int,
+                    timeout: float, settings: Settings, attempts: int = 3) -> None:
+    """Start one node and wait for CQL. A node joining a ring waits only ``ring_delay_ms`` (1 s here, to start
+    rings quickly) to hear from the seed; on a loaded machine it may hear nothing in that time, exit with
+    "Unable to contact any seeds" before joining, and join when started again (its data holds no ring state yet)."""
+    deadline = time.monotonic() + timeout
+    for attempt in range(1, attempts + 1):
+        proc = start_node(node, nodes, num_tokens, heap_mb, cluster_name, seed=first, settings=settings)
+        try:
+            wait_for_cql(node, proc, deadline, settings)
+            return
+        except SystemExit:
+            if attempt == attempts or proc.poll() is None or SEEDS_UNSEEN not in tail(node, lines=1):
+                raise
+            print(f"cassandra.py: node {node.index} heard no seed in its ring delay; starting it again",
+                  file=sys.stderr, flush=True)
 
 
 def restart_node(root: Path, index: int, nodes: int, num_tokens: int = 16, heap_mb: int = 1024,

@@ -52,3 +52,52 @@ def test_an_address_where_another_cassandra_answers_is_refused(cassandra: Any, t
     index = int(host.rsplit(".", 1)[1]) if host.startswith("127.0.0.") else pytest.skip("not a loopback node")
     with pytest.raises(SystemExit, match=r"already answers CQL: another Cassandra runs there"):
         script.start(tmp_path / "second", first=index, cluster_name="second")
+
+
+def _fake_node(outcomes: list[str]) -> Any:
+    """A stand-in for start_node: each start runs a process that logs one outcome and exits 3, or stays up
+    ("up"). A real node cannot be made to miss its seed within its ring delay on demand."""
+    import subprocess
+    import sys
+
+    starts: list[int] = []
+
+    def start_node(node: script.Node, *args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        outcome = outcomes[len(starts)]
+        starts.append(node.index)
+        node.log_file.parent.mkdir(parents=True, exist_ok=True)
+        node.log_file.write_text(outcome + "\n")
+        code = "import time; time.sleep(60)" if outcome == "up" else "raise SystemExit(3)"
+        procs.append(subprocess.Popen([sys.executable, "-c", code]))
+        return procs[-1]
+
+    procs: list[subprocess.Popen[bytes]] = []
+    start_node.starts = starts  # type: ignore[attr-defined]
+    start_node.procs = procs  # type: ignore[attr-defined]
+    return start_node
+
+
+def test_a_node_that_heard_no_seed_in_its_ring_delay_is_started_again(tmp_path: Path, monkeypatch: Any,
+                                                                      capsys: Any) -> None:
+    unseen = "ERROR [main] java.lang.IllegalStateException: Unable to contact any seeds: [/127.0.0.40:7000]"
+    fake = _fake_node([unseen, "up"])
+    monkeypatch.setattr(script, "start_node", fake)
+    monkeypatch.setattr(script, "ready", lambda node, settings=None: node.log_file.read_text() == "up\n")
+    node = script.Node(42, tmp_path)
+    try:
+        script._start_and_wait(node, 3, 4, 640, "replicas", 40, 30.0, script.Settings())
+    finally:
+        for proc in fake.procs:
+            proc.kill()
+            proc.wait()
+    assert fake.starts == [42, 42]  # the fault happened, and the second start joined
+    assert "node 42 heard no seed in its ring delay; starting it again" in capsys.readouterr().err
+
+
+def test_a_node_that_fails_otherwise_is_not_started_again(tmp_path: Path, monkeypatch: Any) -> None:
+    fake = _fake_node(["ERROR [main] java.io.IOException: No space left on device", "up"])
+    monkeypatch.setattr(script, "start_node", fake)
+    monkeypatch.setattr(script, "ready", lambda node, settings=None: False)
+    with pytest.raises(SystemExit, match="node 42 exited with 3:\nERROR .*No space left on device"):
+        script._start_and_wait(script.Node(42, tmp_path), 3, 4, 640, "replicas", 40, 30.0, script.Settings())
+    assert fake.starts == [42]
