@@ -7,7 +7,8 @@ from the Go module proxy into the cache, run as ``weed mini`` on a loopback addr
     python scripts/s3server.py stop [--dir D]
 
 ``start`` prints the environment a client needs (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL,
-AWS_REGION). It reuses a server that runs under ``--dir`` and deletes nothing; ``stop`` stops it by its PID.
+AWS_REGION, AWS_ALLOW_HTTP). It reuses a server that runs under ``--dir`` and deletes nothing; ``stop`` stops it
+by its PID.
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def install() -> Path:
 
 
 def environment(address: str, port: int) -> dict[str, str]:
-    """What a client sets to reach the server (the standard AWS variables)."""
+    """What a client sets to reach the server (the standard AWS variables; AWS_ALLOW_HTTP lets the Rust
+    object_store clients, Polars' among them, speak plain HTTP to a loopback endpoint)."""
     return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_ENDPOINT_URL": f"http://{address}:{port}", "AWS_REGION": REGION}
+            "AWS_ENDPOINT_URL": f"http://{address}:{port}", "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true"}
 
 
 def _pid(root: Path) -> int | None:

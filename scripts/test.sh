@@ -21,6 +21,14 @@ if [ ! -f .venv/connect-client/.complete ]; then
   touch .venv/connect-client/.complete
 fi
 
+# DuckDB's S3 reader for tests/splitsource/copyjob/test_object_store.py: DuckDB downloads its httpfs extension at
+# first use, which this machine cannot; the package index carries it for DuckDB 1.4 (LTS), kept apart from the venv
+if [ ! -f .venv/duckdb-s3/.complete ]; then
+  rm -rf .venv/duckdb-s3
+  python -m pip install -q --target .venv/duckdb-s3 "duckdb==1.4.4" "duckdb-ext-httpfs==1.4.4.20260205"
+  touch .venv/duckdb-s3/.complete
+fi
+
 echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsource pyspark_bucketing tests scripts bench conftest.py
 echo "== mypy --strict"; mypy
 echo "== pytest"

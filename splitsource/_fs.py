@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from splitsource._errors import OptionsError
-from splitsource._s3 import for_filesystem
+from splitsource._s3 import for_filesystem, uploads_for
 
 __all__ = [
     "SYNC_POINTS",
@@ -188,6 +188,8 @@ class Store:
         self.local = isinstance(fs, pafs.LocalFileSystem)
         # S3: creates with If-None-Match (splitsource._s3), whose enforcement a copy probes at start
         self.conditional = None if self.local else for_filesystem(fs)
+        # S3: the incomplete multipart uploads a killed writer leaves, which a sweep aborts
+        self.uploads = None if self.local else uploads_for(fs)
         if self.local:
             self.capabilities = LOCAL
         elif fs.type_name in ("hdfs",):

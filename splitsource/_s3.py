@@ -12,11 +12,21 @@ Endpoint, region and credentials are those of the pyarrow file system (its URI's
 
 from __future__ import annotations
 
+import calendar
+import hashlib
+import hmac
+import os
 import threading
+import time
+import urllib.request
 import uuid
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
+from xml.etree import ElementTree
 
-__all__ = ["ConditionalCreate", "conditional_create_enforced", "for_filesystem"]
+__all__ = ["ConditionalCreate", "MultipartUploads", "Upload", "conditional_create_enforced", "for_filesystem",
+           "uploads_for"]
 
 
 class ConditionalCreate:
@@ -88,3 +98,110 @@ def conditional_create_enforced(creator: ConditionalCreate, directory: str, fs: 
         except OSError:
             pass
     return first and not second
+
+
+# -- incomplete multipart uploads --------------------------------------------------------------------------------
+#
+# pyarrow uploads a large file in parts (a multipart upload) and completes the upload when the stream closes; a
+# writer killed before that leaves the upload open: invisible to every listing of objects, billed by the byte, kept
+# until aborted. Neither pyarrow.fs nor obstore lists them, so two calls of the S3 API are made here directly,
+# signed with AWS Signature Version 4: ListMultipartUploads and AbortMultipartUpload.
+
+
+@dataclass(frozen=True)
+class Upload:
+    key: str
+    upload_id: str
+    initiated: float  # seconds since the epoch
+
+
+class MultipartUploads:
+    """Lists and aborts the incomplete multipart uploads of one S3 file system's buckets."""
+
+    def __init__(self, fs: Any) -> None:  # a pyarrow S3FileSystem
+        reduced = fs.__reduce__()[1][0]
+        s: dict[str, Any] = reduced if isinstance(reduced, dict) else {}
+        env = os.environ
+        self.region = s.get("region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+        endpoint = s.get("endpoint_override") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
+        if endpoint and "://" not in endpoint:
+            endpoint = f"{s.get('scheme') or 'https'}://{endpoint}"
+        self.endpoint = endpoint.rstrip("/")
+        self.virtual = bool(s.get("force_virtual_addressing")) or not endpoint  # AWS itself: bucket.s3.region
+        self.key = s.get("access_key") or env.get("AWS_ACCESS_KEY_ID") or ""
+        self.secret = s.get("secret_key") or env.get("AWS_SECRET_ACCESS_KEY") or ""
+        self.token = s.get("session_token") or env.get("AWS_SESSION_TOKEN") or ""
+
+    @property
+    def usable(self) -> bool:
+        """False without static credentials (an instance profile, SSO): only the AWS SDK resolves those."""
+        return bool(self.key and self.secret)
+
+    def list(self, bucket: str, prefix: str) -> list[Upload]:
+        uploads: list[Upload] = []
+        markers: dict[str, str] = {}
+        while True:
+            body = self._call("GET", bucket, "", {"uploads": "", "prefix": prefix, **markers})
+            try:
+                root = ElementTree.fromstring(body)
+            except ElementTree.ParseError as exc:
+                raise OSError(f"ListMultipartUploads answered with no XML: {exc}") from None
+            for upload in root.iter(f"{_NS}Upload"):
+                initiated = upload.findtext(f"{_NS}Initiated") or ""
+                uploads.append(Upload(upload.findtext(f"{_NS}Key") or "", upload.findtext(f"{_NS}UploadId") or "",
+                                      _epoch(initiated)))
+            if (root.findtext(f"{_NS}IsTruncated") or "false").lower() != "true":
+                return uploads
+            markers = {"key-marker": root.findtext(f"{_NS}NextKeyMarker") or "",
+                       "upload-id-marker": root.findtext(f"{_NS}NextUploadIdMarker") or ""}
+
+    def abort(self, bucket: str, upload: Upload) -> None:
+        self._call("DELETE", bucket, upload.key, {"uploadId": upload.upload_id})
+
+    def _call(self, method: str, bucket: str, key: str, query: dict[str, str]) -> bytes:
+        now = time.gmtime()
+        stamp, day = time.strftime("%Y%m%dT%H%M%SZ", now), time.strftime("%Y%m%d", now)
+        if self.virtual:
+            base = self.endpoint or f"https://s3.{self.region}.amazonaws.com"
+            scheme, _, host = base.partition("://")
+            host, path = f"{bucket}.{host}", "/" + key
+        else:
+            scheme, _, host = self.endpoint.partition("://")
+            path = f"/{bucket}/{key}" if key else f"/{bucket}"
+        path = quote(path, safe="/-_.~")
+        canonical_query = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
+        headers = {"host": host, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": stamp}
+        if self.token:
+            headers["x-amz-security-token"] = self.token
+        names = ";".join(sorted(headers))
+        canonical = "\n".join([method, path, canonical_query, "".join(f"{k}:{headers[k]}\n" for k in sorted(headers)),
+                               names, _EMPTY_SHA256])
+        scope = f"{day}/{self.region}/s3/aws4_request"
+        to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+        signing = ("AWS4" + self.secret).encode()
+        for part in (day, self.region, "s3", "aws4_request"):
+            signing = hmac.new(signing, part.encode(), hashlib.sha256).digest()
+        signature = hmac.new(signing, to_sign.encode(), hashlib.sha256).hexdigest()
+        headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={self.key}/{scope}, SignedHeaders={names}, "
+                                    f"Signature={signature}")
+        del headers["host"]
+        url = f"{scheme}://{host}{path}" + (f"?{canonical_query}" if canonical_query else "")
+        request = urllib.request.Request(url, method=method, headers=headers)
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - the store's own endpoint
+            return bytes(response.read())
+
+
+_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+def _epoch(text: str) -> float:
+    try:
+        return calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return 0.0
+
+
+def uploads_for(fs: Any) -> MultipartUploads | None:
+    """The multipart uploads of an S3 file system; None for other stores."""
+    return MultipartUploads(fs) if fs.type_name == "s3" else None

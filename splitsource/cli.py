@@ -195,6 +195,9 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--checkpoint", metavar="DIR", type=_path,
                         help="the copy's checkpoint, for its rows per split on a mismatch (default: the one the "
                              "output's owner file names)")
+    verify.add_argument("--metadata", metavar="DIR", type=_path,
+                        help="where the copy kept the output's records, if it was given --sink-option metadata=DIR "
+                             "(default: <output>.bucketing)")
 
     options = sub.add_parser("options", help="list the options of the framework, the sink and a connector",
                              allow_abbrev=False)
@@ -238,7 +241,7 @@ def _verify(args: argparse.Namespace) -> int:
     from splitsource.copyjob._verify import verify
 
     _, source = build_source({**_pairs(args.option, "-o"), "connector": args.connector})
-    result = verify(source, args.output, args.checkpoint)
+    result = verify(source, args.output, args.checkpoint, metadata=args.metadata or "")
     print(result.text())
     return EXIT_OK if result.match else EXIT_FAILED
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from splitsource._errors import CheckpointError, OptionsError, OutputOwnedError
-from splitsource._fs import Store, is_temporary, redact, resolve_filesystem
+from splitsource._fs import is_temporary, redact, resolve_filesystem
 from splitsource.copyjob._ownership import new_token, read_owner, write_owner
-from splitsource.sink._committer import LOCK_FILE, META_DIR, BucketingGlobalCommitter
-from splitsource.sink._files import PartNames
+from splitsource.sink._committer import LOCK_FILE, BucketingGlobalCommitter
+from splitsource.sink._files import PartNames, join
 
 __all__ = ["Claim", "IDENTITY_FILE", "check_paths", "claim", "start_over", "undo_unstarted"]
 
@@ -83,7 +83,7 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
     """Decide whether this copy may write ``output`` with ``checkpoint``; record it as the output's owner.
     Call it holding the copy's lock."""
     found, progress = _read_identity(checkpoint)
-    owner = read_owner(output)
+    owner = read_owner(committer)
     if found is not None:
         if found.get("origin") is not None and found.get("origin") != identity.get("origin"):
             was, now = found["origin"], identity.get("origin") or {}
@@ -106,6 +106,12 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
             f"{owner.get('checkpoint')}, write to another --output, or start over with {START_OVER} (deletes what "
             "the output holds)", path=output)
     if found is not None and owner is not None:
+        lost = committer.lost_files()
+        if lost:
+            raise OutputOwnedError(
+                f"output {output} no longer holds that copy (the {len(lost)} file(s) it committed last are gone, "
+                f"e.g. {committer._relative(lost[0])}: it was deleted or replaced): resuming would skip rows it "
+                f"lacks; start over with {START_OVER}, or use another --output and --checkpoint", path=output)
         return Claim(str(found["token"]), True, False, False)
     if found is not None and found.get("token") and progress:
         raise OutputOwnedError(
@@ -122,7 +128,7 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
             f"write to another --output, or start over with {START_OVER} (deletes what the output holds)", path=output)
     token = str(found.get("token") or new_token()) if found is not None else new_token()
     _write_identity(checkpoint, {**identity, "token": token})
-    write_owner(output, {"token": token, "checkpoint": redact(checkpoint), "format": identity.get("format"),
+    write_owner(committer, {"token": token, "checkpoint": redact(checkpoint), "format": identity.get("format"),
                          "identity": identity.get("identity"), "created": _now()})
     # a checkpoint of an earlier release (no token) resumes, now owning its output
     return Claim(token, found is not None, found is None, True)
@@ -141,8 +147,9 @@ def _now() -> str:
 
 def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter) -> None:
     """``--overwrite``: delete what copies write in the output (part files, bucket directories left empty,
-    ``_bucketing/``, ``_SUCCESS``) and the progress in the checkpoint (the locks stay). Refused, before anything is
-    deleted, when either holds a file no copy writes: ``--overwrite`` never deletes a user's own files."""
+    ``_SUCCESS``), the output's records and the progress in the checkpoint (the locks stay). Refused, before
+    anything is deleted, when either holds a file no copy writes: ``--overwrite`` never deletes a user's own
+    files."""
     fs, base = resolve_filesystem(checkpoint)
     out_fs, out_base = resolve_filesystem(output)
     checkpoint_entries = fs.list(base) if fs.is_dir(base) else []
@@ -151,7 +158,7 @@ def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter
         raise OptionsError(f"--overwrite: checkpoint {redact(checkpoint)} holds files splitsource copy did not write "
                            f"({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); move them away "
                            "or use another --checkpoint")
-    ours = _copy_names(out_fs, out_base, committer.names)
+    ours = _copy_names(committer)
     output_files = [e for e in out_fs.list(out_base, recursive=True) if not e.is_dir]
     strangers = [e.path for e in output_files if not ours(e.path)]
     if strangers:
@@ -166,13 +173,18 @@ def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter
             fs.delete_dir(entry.path)
         else:
             fs.delete(entry.path)
-    lock = f"{out_base}/{META_DIR}/{LOCK_FILE}"
-    for entry in output_files:
+    lock = join(committer.meta, LOCK_FILE)
+    records = [e for e in out_fs.list(committer.meta, recursive=True) if not e.is_dir] \
+        if out_fs.is_dir(committer.meta) else []
+    for entry in output_files + records:
         if entry.path != lock:
             out_fs.delete(entry.path)
-    for entry in sorted(out_fs.list(out_base, recursive=True), key=lambda e: -len(e.path)):
-        if entry.is_dir and entry.path != f"{out_base}/{META_DIR}":
-            out_fs.remove_empty_dirs(entry.path)  # bucket directories, emptied above
+    for root in (out_base, committer.meta):
+        if not out_fs.is_dir(root):
+            continue
+        for entry in sorted(out_fs.list(root, recursive=True), key=lambda e: -len(e.path)):
+            if entry.is_dir and entry.path != committer.meta:
+                out_fs.remove_empty_dirs(entry.path)  # bucket directories and the log, emptied above
 
 
 # what a copy's checkpoint holds (either engine, any release): anything else in it is someone else's
@@ -180,12 +192,13 @@ _CHECKPOINT_NAMES = frozenset({IDENTITY_FILE, LOCK_FILE, ERROR_LOG, FINISHED_FIL
                                "plans", "splits", *_CHECKPOINT_PROGRESS})
 
 
-def _copy_names(fs: Store, base: str, names: PartNames) -> Callable[[str], bool]:
-    """Whether a file under the output ``base`` is one a copy (or the bucketing sink) writes, with the part names
-    of the sink now and of the copy that wrote the output (its ``_bucketing/copy.json``)."""
-    layouts = [names]
+def _copy_names(committer: BucketingGlobalCommitter) -> Callable[[str], bool]:
+    """Whether a file under the output is one a copy (or the bucketing sink) writes, with the part names of the
+    sink now and of the copy that wrote the output (the ``copy.json`` of its records)."""
+    fs, base = committer.fs, committer.base
+    layouts = [committer.names]
     try:
-        found = json.loads(fs.read_text(f"{base}/{META_DIR}/copy.json"))
+        found = json.loads(fs.read_text(join(committer.meta, "copy.json")))
         layouts.append(PartNames(str(found["part_prefix"]), str(found["part_suffix"])))
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -193,7 +206,7 @@ def _copy_names(fs: Store, base: str, names: PartNames) -> Callable[[str], bool]
     def ours(path: str) -> bool:
         relative = path[len(base) + 1:]
         name = relative.rsplit("/", 1)[-1]
-        if relative.startswith(f"{META_DIR}/") or relative == "_SUCCESS" or is_temporary(name):
+        if path.startswith(committer.meta + "/") or relative == "_SUCCESS" or is_temporary(name):
             return True
         if any(n.parse_transient(name) is not None for n in layouts):
             return True
@@ -216,7 +229,6 @@ def undo_unstarted(output: str, checkpoint: str, claimed: Claim, committer: Buck
                 continue
             (fs.delete_dir if entry.is_dir else fs.delete)(entry.path)
     if claimed.created_owner:
-        fs, base = resolve_filesystem(output)
         committer.sweep()
         for name in ("owner.json", "copy.json"):
-            fs.delete(f"{base}/{META_DIR}/{name}")
+            committer.fs.delete(join(committer.meta, name))

@@ -30,12 +30,13 @@ from splitsource._planning import build_source
 from splitsource.copyjob._claim import FINISHED_FILE, check_paths, claim, start_over, undo_unstarted
 from splitsource.copyjob._ownership import CopyLock, check_one_writer
 from splitsource.copyjob._protocol import CopyRun, EngineResult
-from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
+from splitsource.sink._committer import META_DIR, META_SUFFIX, BucketingGlobalCommitter
+from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
 __all__ = ["CopySummary", "Progress", "committed_rows", "copy", "failure", "root_cause"]
 
-SINK_DESCRIPTION = "copy.json"  # in <output>/_bucketing: how verify reads the output back
+SINK_DESCRIPTION = "copy.json"  # in the output's records: how verify reads the output back
 
 
 @dataclass(frozen=True)
@@ -272,11 +273,11 @@ def copy(
         identity["origin"] = origin
     if engine != "spark":
         identity["engine"] = engine  # the engines' checkpoints differ: one engine's is refused by the other
-    made = [p for p in (output, checkpoint) if not _exists(p)]
-    committer = _committer(sink)
+    committer = sink.committer()
+    records = _records_uri(output, sink, committer)
+    made = [p for p in (output, checkpoint, records) if not _exists(p)]
     failed, locked = True, False
-    places = [(f"output {redact(output)}", child_uri(output, META_DIR)),
-              (f"checkpoint {redact(checkpoint)}", checkpoint)]
+    places = [(f"output {redact(output)}", records), (f"checkpoint {redact(checkpoint)}", checkpoint)]
     own_session = None
     checked = False
     try:
@@ -302,7 +303,7 @@ def copy(
             claimed = claim(output, checkpoint, identity, committer)
             resumed = claimed.resumed
             try:
-                _describe_output(sink)
+                _describe_output(sink, committer)
                 rows_before = committed_rows(committer)
                 run = CopyRun(source, read_options, sink_raw, committer, checkpoint, claimed.token,
                               progress.update if progress is not None else None, rows_before)
@@ -376,9 +377,13 @@ def failure(cause: str, full: str, checkpoint: str) -> CopyError:
     return CopyError(f"{cause} (details: {path})", detail=full, log_path=path)
 
 
-def _committer(sink: BucketingSinkOptions) -> BucketingGlobalCommitter:
-    fs, base = resolve_filesystem(sink.path)
-    return BucketingGlobalCommitter(fs, base, sink.names, retention=sink.log_retention)
+def _records_uri(output: str, sink: BucketingSinkOptions, committer: BucketingGlobalCommitter) -> str:
+    """The URI of the output's records (where the lock is taken), with the output's parameters."""
+    if sink.metadata:
+        return sink.metadata
+    if committer.meta == join(committer.base, META_DIR):  # an output of an earlier release
+        return child_uri(output, META_DIR)
+    return sibling_uri(output, META_SUFFIX)
 
 
 def committed_rows(committer: BucketingGlobalCommitter) -> int:
@@ -387,12 +392,11 @@ def committed_rows(committer: BucketingGlobalCommitter) -> int:
     return latest.total_rows if latest else 0
 
 
-def _describe_output(sink: BucketingSinkOptions) -> None:
-    """Write <output>/_bucketing/copy.json: how the files are laid out, for ``splitsource verify``."""
-    fs, base = resolve_filesystem(sink.path)
-    fs.make_dirs(f"{base}/_bucketing")
+def _describe_output(sink: BucketingSinkOptions, records: BucketingGlobalCommitter) -> None:
+    """Write copy.json into the output's records: how the files are laid out, for ``splitsource verify``."""
+    records.fs.make_dirs(records.meta)
     description = {"format": sink.format, "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns,
                    "csv_header": sink.csv_header, "part_prefix": sink.part_prefix,
                    "part_suffix": sink.names.suffix}
-    fs.write(f"{base}/_bucketing/{SINK_DESCRIPTION}", json.dumps(description, indent=2).encode())
+    records.fs.write(join(records.meta, SINK_DESCRIPTION), json.dumps(description, indent=2).encode())
 

@@ -1,13 +1,13 @@
 """One owner per output: which copy an output belongs to, and the lock a running copy holds.
 
-- **Ownership.** ``<output>/_bucketing/owner.json`` names the copy that writes the output: a random token, its
-  checkpoint and its identity (source, format, bucketing). The same token is in the checkpoint's identity file.
-  A copy whose checkpoint does not carry the output's token (another copy, a checkpoint moved aside, emptied or
-  deleted) is refused: resuming the output's rows from a fresh checkpoint would write them a second time. A
-  checkpoint whose output lost its owner file (the output was deleted or replaced) is refused too: resuming
-  would skip the rows that output no longer holds. ``overwrite`` removes what the old copy committed and starts
-  afresh.
-- **Lock.** A running copy holds ``lock.json`` in its output's ``_bucketing`` directory and in its checkpoint:
+- **Ownership.** ``owner.json`` in the output's records (``<output>.bucketing``) names the copy that writes the
+  output: a random token, its checkpoint and its identity (source, format, bucketing). The same token is in the
+  checkpoint's identity file. A copy whose checkpoint does not carry the output's token (another copy, a checkpoint
+  moved aside, emptied or deleted) is refused: resuming the output's rows from a fresh checkpoint would write them
+  a second time. A checkpoint whose output lost its owner file, or the files its newest commit made (the output
+  was deleted or replaced), is refused too: resuming would skip the rows that output no longer holds.
+  ``overwrite`` removes what the old copy committed and starts afresh.
+- **Lock.** A running copy holds ``lock.json`` in its output's records and in its checkpoint:
   created atomically (``O_EXCL``) with the process's host, pid and start time, removed when the copy ends. A lock
   left by a process that is provably gone (same host, no such pid, or a pid reused by another process) is taken
   over; any other lock refuses the second copy with one line naming the first.
@@ -28,7 +28,8 @@ from typing import Any
 
 from splitsource._errors import CheckpointError, LockedError, OptionsError
 from splitsource._fs import Store, resolve_filesystem
-from splitsource.sink._committer import LOCK_FILE, META_DIR, OWNER_FILE
+from splitsource.sink._committer import LOCK_FILE, OWNER_FILE, BucketingGlobalCommitter
+from splitsource.sink._files import join
 
 __all__ = ["CopyLock", "new_token", "read_owner", "write_owner"]
 
@@ -38,11 +39,11 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-def read_owner(output: str) -> dict[str, Any] | None:
-    fs, base = resolve_filesystem(output)
-    path = f"{base}/{META_DIR}/{OWNER_FILE}"
+def read_owner(records: BucketingGlobalCommitter) -> dict[str, Any] | None:
+    """The owner file in an output's records (None: no copy owns the output)."""
+    path = join(records.meta, OWNER_FILE)
     try:
-        found = json.loads(fs.read_text(path))
+        found = json.loads(records.fs.read_text(path))
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError):
@@ -53,10 +54,9 @@ def read_owner(output: str) -> dict[str, Any] | None:
     return found
 
 
-def write_owner(output: str, owner: Mapping[str, Any]) -> None:
-    fs, base = resolve_filesystem(output)
-    fs.make_dirs(f"{base}/{META_DIR}")
-    fs.write(f"{base}/{META_DIR}/{OWNER_FILE}", json.dumps(owner, indent=2, sort_keys=True).encode())
+def write_owner(records: BucketingGlobalCommitter, owner: Mapping[str, Any]) -> None:
+    records.fs.make_dirs(records.meta)
+    records.fs.write(join(records.meta, OWNER_FILE), json.dumps(owner, indent=2, sort_keys=True).encode())
 
 
 # -- the lock ----------------------------------------------------------------------------------------------------

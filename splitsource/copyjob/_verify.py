@@ -43,8 +43,8 @@ from splitsource.copyjob._ownership import read_owner
 from splitsource.copyjob._protocol import copy_writer_id
 from splitsource.runtime._source_reader import ReaderMetrics, SourceReader
 from splitsource.sink._bucketers import NULL_SEGMENT
-from splitsource.sink._committer import META_DIR, BucketingGlobalCommitter
-from splitsource.sink._files import PartNames, writer_of
+from splitsource.sink._committer import SUCCESS_FILE, BucketingGlobalCommitter, metadata_location
+from splitsource.sink._files import PartNames, join, writer_of
 from splitsource.sink._text import (
     is_duration,
     parse_iso_date,
@@ -362,14 +362,18 @@ def _files(fs: Store, base: str) -> list[tuple[str, str]]:
     return out
 
 
-def foreign_files(output: str, layout: dict[str, Any], token: str | None) -> tuple[str, ...]:
-    """The data files under ``output`` (what a reader of the directory reads) that no commit of the copy with
-    ownership ``token`` made: not named as its part files are (another writer's, or put there by hand)."""
+def foreign_files(output: str, layout: dict[str, Any], token: str | None, records: str = "") -> tuple[str, ...]:
+    """The files under ``output`` (DuckDB and Polars read every one; Spark and pyarrow.dataset skip names that
+    start with ``_`` or ``.``) that no commit of the copy with ownership ``token`` made: not named as its part
+    files are (another writer's, put there by hand, or a transient file of a copy that has not finished)."""
     fs, base = resolve_filesystem(output)
     names = PartNames(str(layout.get("part_prefix", "part")), str(layout.get("part_suffix", "")))
     mine = copy_writer_id(token) if token else None
     out = []
-    for _, relative in _files(fs, base):
+    for info in sorted(fs.list(base, recursive=True), key=lambda i: i.path):
+        relative = info.path[len(base) + 1:]
+        if info.is_dir or relative == SUCCESS_FILE or (records and info.path.startswith(records + "/")):
+            continue
         parsed = names.parse_finished(relative.rsplit("/", 1)[-1])
         # a task is <partition>-<token>, or <partition>-<writer>-<token> since writers carry an id
         if parsed is None or not _COPY_TASK.fullmatch(parsed[0]) or writer_of(parsed[0]) not in (None, mine):
@@ -404,16 +408,22 @@ def _file_rows(fs: Store, path: str, fmt: str, fields: list[pa.Field], header: b
         yield [None if i < 0 else from_text(record[i], f.type) for i, f in zip(order, fields, strict=True)]
 
 
-def read_layout(output: str) -> dict[str, Any]:
-    fs, base = resolve_filesystem(output)
-    path = f"{base}/{META_DIR}/copy.json"
+def output_records(output: str, metadata: str = "") -> BucketingGlobalCommitter:
+    """The records of a copy's output (where its copy.json, owner and commit log are)."""
+    fs, base, meta = metadata_location(output, metadata)
+    return BucketingGlobalCommitter(fs, base, PartNames("part", ""), meta=meta)
+
+
+def read_layout(records: BucketingGlobalCommitter, output: str) -> dict[str, Any]:
+    path = join(records.meta, "copy.json")
     try:
-        return dict(json.loads(fs.read_text(path)))
+        return dict(json.loads(records.fs.read_text(path)))
     except (FileNotFoundError, NotADirectoryError):
-        raise SinkError(f"{output} has no {META_DIR}/copy.json: it was not written by splitsource copy") from None
-    except OSError as exc:
-        raise SinkError(f"{output} has no readable {META_DIR}/copy.json ({exc}): it was not written by "
+        raise SinkError(f"{redact(output)} has no records of a copy ({path} is missing): it was not written by "
                         "splitsource copy") from None
+    except OSError as exc:
+        raise SinkError(f"{redact(output)} has no readable records of a copy ({path}: {exc}): it was not written "
+                        "by splitsource copy") from None
     except (ValueError, UnicodeDecodeError):
         raise SinkError(f"{path} is corrupt") from None
 
@@ -440,21 +450,20 @@ def digest_output(output: str, layout: dict[str, Any], schema: pa.Schema, volati
     return digest
 
 
-def check_splits(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | None) -> SplitCheck:
+def check_splits(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | None,
+                 records: BucketingGlobalCommitter) -> SplitCheck:
     """Count, split by split, the source's rows of every split in the copy's ledger; compare with the ledger."""
     if checkpoint is None:
-        owner = read_owner(output)
+        owner = read_owner(records)
         if owner is None or not owner.get("checkpoint"):
-            return SplitCheck(note=f"{redact(output)} names no checkpoint (no {META_DIR}/owner.json)")
+            return SplitCheck(note=f"{redact(output)} names no checkpoint (its records hold no owner.json)")
         checkpoint = str(owner["checkpoint"])
         default = sibling_uri(output, ".checkpoint")
         if checkpoint == redact(default):  # kept without its credentials: the default beside the output has them
             checkpoint = default
     elif not is_uri(checkpoint):
         checkpoint = os.path.abspath(checkpoint)
-    fs, base = resolve_filesystem(output)
-    committer = BucketingGlobalCommitter(fs, base, PartNames("part", ""))
-    ledger = read_ledger(checkpoint, committer.last_stream_batch)
+    ledger = read_ledger(checkpoint, records.last_stream_batch)
     if ledger is None:
         return SplitCheck(note=f"checkpoint {redact(checkpoint)} has no split ledger (it was removed, or the copy "
                                "was made by a splitsource that kept none)")
@@ -472,15 +481,18 @@ def check_splits(source: Source[Any, Any, Any, Any], output: str, checkpoint: st
     return SplitCheck(len(ledger), sum(c.rows for c in ledger.values()), differ)
 
 
-def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | None = None) -> VerifyResult:
+def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | None = None,
+           metadata: str = "") -> VerifyResult:
     """Compare the committed output with the source; on a mismatch, also the copy's rows per split (from the split
-    ledger of ``checkpoint``, by default the one the output's owner file names) with the source's."""
-    layout = read_layout(output)
+    ledger of ``checkpoint``, by default the one the output's owner file names) with the source's. ``metadata``:
+    where the copy kept the output's records, if it was given that sink option."""
+    records = output_records(output, metadata)
+    layout = read_layout(records, output)
     source_digest, independent = digest_source(source, layout)
-    owner = read_owner(output)
-    foreign = foreign_files(output, layout, str(owner["token"]) if owner else None)
+    owner = read_owner(records)
+    foreign = foreign_files(output, layout, str(owner["token"]) if owner else None, records.meta)
     result = VerifyResult(source_digest, digest_output(output, layout, source.schema(), source.volatile_columns()),
                           independent, foreign=foreign)
     if result.match:
         return result
-    return replace(result, splits=check_splits(source, output, checkpoint))
+    return replace(result, splits=check_splits(source, output, checkpoint, records))

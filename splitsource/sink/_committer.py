@@ -4,11 +4,12 @@ Commit protocol (the driver runs it; Spark's ``commit``)::
 
     1. recover     finish every logged commit that is not marked done (idempotent)
     2. check       every pending file the commit names exists (a record is never written for files that are gone)
-    3. decide      write the commit record <base>/_bucketing/log/<seq>.commit  (durable, atomic: the commit point)
+    3. decide      write the commit record <meta>/log/<seq>.commit  (durable, atomic: the commit point)
     4. finish      rename each pending file to its finished name (never over an existing file); sync the bucket
                    directories; for an overwrite, delete the files replaced
-    5. done        a stream commit's query record <base>/_bucketing/queries/<query>.json (its last batch id, kept
-                   for ever), then <seq>.done; drop done records beyond the retention; _SUCCESS (batch writes)
+    5. done        a stream commit's query record <meta>/queries/<query>.json (its last batch id, kept
+                   for ever), then <seq>.done; drop done records beyond the retention; <meta>/_SUCCESS (batch
+                   writes; and <base>/_SUCCESS with ``success_file``)
     6. sweep       remove in-progress and pending files that no commit lists (failed or speculative attempts): of
                    every writer when the caller owns the output (a copy), else of this writer only
 
@@ -17,6 +18,11 @@ run's step 1, from the record alone. Nothing listed in a record is ever deleted,
 replaced (except by an overwrite, which lists what it deletes in its record). A logged commit whose files are gone
 (removed by something other than this sink) is rolled back with one warning: its finished files are deleted and
 its record too, so a copy replays the batch and a batch write counts as failed, as it was.
+
+The records live in ``<meta>``, by default ``<base>.bucketing`` beside the output (:func:`metadata_location`),
+so that the output directory holds data files only and every reader (DuckDB's ``'<base>/**'``, Polars'
+``read_parquet(<base>)``) reads it with its plainest call. An output written before this layout keeps its
+records in ``<base>/_bucketing`` and is read and written there.
 
 Streaming: a record carries the query id and batch id; a batch id at or below the last one committed by the same
 query (its query record, which pruning never removes) is a replay, and its new files are discarded, not committed
@@ -35,32 +41,73 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serializers import MsgpackRecordSerializer, SerializationError, read_envelope, write_envelope
-from splitsource._errors import OutputOwnedError, SinkError
-from splitsource._fs import Store, as_store
+from splitsource._errors import OptionsError, OutputOwnedError, SinkError
+from splitsource._fs import Store, as_store, resolve_filesystem, split_uri
 from splitsource.sink._files import PartNames, PendingFile, join, writer_of
 
 __all__ = [
     "COMMIT_RECORD_SERIALIZER",
     "LOCK_FILE",
     "META_DIR",
+    "META_SUFFIX",
     "ORPHAN_AGE_S",
     "OWNER_FILE",
     "BucketingGlobalCommitter",
     "CommitRecord",
     "FileCommitter",
+    "check_metadata",
+    "metadata_location",
 ]
 
 log = logging.getLogger("splitsource.sink")
 
-META_DIR = "_bucketing"
-OWNER_FILE = "owner.json"  # in META_DIR: the copy that owns the output (splitsource.copyjob._ownership)
-LOCK_FILE = "lock.json"  # in META_DIR: a running copy
-QUERIES_DIR = "queries"  # in META_DIR: <query>.json, the last batch each streaming query committed
+META_SUFFIX = ".bucketing"  # the sink's records: <base>.bucketing, beside the output
+META_DIR = "_bucketing"  # where outputs written before that keep them: <base>/_bucketing, inside the output
+OWNER_FILE = "owner.json"  # in the records: the copy that owns the output (splitsource.copyjob._ownership)
+LOCK_FILE = "lock.json"  # in the records: a running copy
+QUERIES_DIR = "queries"  # in the records: <query>.json, the last batch each streaming query committed
+SUCCESS_FILE = "_SUCCESS"  # in the records (and in the output with success_file): a bounded write is complete
 # a transient file this old belongs to a writer that is gone: any writer's sweep removes it
 ORPHAN_AGE_S = 24 * 3600.0
 
 _SEGMENT = re.compile(r"[^/\\\x00]+")
 _TASK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def check_metadata(path: str, explicit: str = "") -> None:
+    """Refuse, without touching the store, a records' place the sink cannot use: one on another store than the
+    output, one inside it, or no place at all (the output is the root of a disk or bucket and none is named)."""
+    head, inner, query = split_uri(path)
+    if explicit:
+        other_head, other_inner, other_query = split_uri(explicit)
+        if (head, query) != (other_head, other_query):
+            raise OptionsError(f"metadata={explicit!r} is on another store than path={path!r}: the sink's records "
+                               "must share the output's store (same scheme, bucket and parameters)")
+        base, meta = inner.rstrip("/"), other_inner.rstrip("/")
+        if meta == base or meta.startswith(base + "/"):
+            raise OptionsError(f"metadata={explicit!r} is inside the output {path!r}: readers would take the "
+                               "records for data; name a place beside it")
+        return
+    if inner.strip("/") == "":
+        raise OptionsError(f"path={path!r} is a root (of a disk or of a bucket): the sink keeps its records beside "
+                           "the output, in <path>.bucketing; write to a directory under it, or name the records' "
+                           "place with the metadata option")
+
+
+def metadata_location(path: str, explicit: str = "") -> tuple[Store, str, str]:
+    """``(store, base, meta)`` of the output ``path``: where its data files go and where the sink keeps its
+    records. ``explicit`` (the ``metadata`` option) names the records' place; by default they are the output's
+    sibling ``<path>.bucketing``, or ``<path>/_bucketing`` for an output that already keeps them there (written
+    by an earlier release). The records share the output's store: one client writes both."""
+    check_metadata(path, explicit)
+    fs, base = resolve_filesystem(path)
+    meta = resolve_filesystem(explicit)[1].rstrip("/") if explicit else _default_meta(fs, base)
+    return fs, base, meta
+
+
+def _default_meta(fs: Store, base: str) -> str:
+    legacy = join(base, META_DIR)
+    return legacy if fs.is_dir(legacy) else base.rstrip("/") + META_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -175,20 +222,25 @@ def _query_name(query_id: str) -> str:
 
 @dataclass
 class BucketingGlobalCommitter:
-    """FLIP-143 ``GlobalCommitter`` of the bucketing sink, over the commit log in ``<base>/_bucketing/log``."""
+    """FLIP-143 ``GlobalCommitter`` of the bucketing sink, over the commit log in ``<meta>/log``: data files
+    under ``base``, records under ``meta`` (see :func:`metadata_location`; empty: ``<base>.bucketing``)."""
 
     fs: Store
     base: str
     names: PartNames
     retention: int = 10
     max_attempts: int = 5
+    meta: str = ""
+    success_file: bool = False  # also an empty <base>/_SUCCESS when a bounded write completes (Hadoop's marker)
     _committer: FileCommitter = field(init=False)
 
     def __post_init__(self) -> None:
         self.fs = as_store(self.fs)
+        self.base = self.base.rstrip("/") or self.base
+        self.meta = self.meta or _default_meta(self.fs, self.base)
         self._committer = FileCommitter(self.fs, self.base, self.names)
-        self._log = join(self.base, META_DIR, "log")
-        self._queries = join(self.base, META_DIR, QUERIES_DIR)
+        self._log = join(self.meta, "log")
+        self._queries = join(self.meta, QUERIES_DIR)
 
     # -- the log -----------------------------------------------------------------------------------------------
 
@@ -213,7 +265,7 @@ class BucketingGlobalCommitter:
         return out
 
     def query_record(self, query_id: str) -> dict[str, Any] | None:
-        """What ``<base>/_bucketing/queries/`` keeps of streaming query ``query_id``: its last committed batch and
+        """What ``<meta>/queries/`` keeps of streaming query ``query_id``: its last committed batch and
         running totals (None: it never finished a commit here)."""
         path = join(self._queries, _query_name(query_id))
         try:
@@ -231,9 +283,8 @@ class BucketingGlobalCommitter:
 
     def refuse_if_owned(self, who: str) -> None:
         """Refuse a writer that does not own the output (``who`` names it) when a copy owns or is writing it."""
-        meta = join(self.base, META_DIR)
         for name, what in ((OWNER_FILE, "belongs to"), (LOCK_FILE, "is being written by")):
-            path = join(meta, name)
+            path = join(self.meta, name)
             if not self.fs.exists(path):
                 continue
             detail = ""
@@ -358,8 +409,11 @@ class BucketingGlobalCommitter:
                 pass
 
     def end_of_input(self, summary: bytes) -> None:
-        """A bounded write is complete: write ``_SUCCESS`` (Hadoop's marker that the output is whole)."""
-        self.fs.write(join(self.base, "_SUCCESS"), summary)
+        """A bounded write is complete: write ``<meta>/_SUCCESS`` with its summary, and with ``success_file`` an
+        empty ``<base>/_SUCCESS`` (Hadoop's marker that the output is whole, for schedulers that wait for it)."""
+        self.fs.write(join(self.meta, SUCCESS_FILE), summary)
+        if self.success_file:
+            self.fs.write(join(self.base, SUCCESS_FILE), b"")
 
     # -- sweeping ----------------------------------------------------------------------------------------------
 
@@ -386,7 +440,54 @@ class BucketingGlobalCommitter:
                     continue
                 if self.fs.delete(info.path):
                     removed.append(info.path)
+            removed.extend(self._abort_uploads(root, buckets is None, kept, owner, now))
         return removed
+
+    def _abort_uploads(self, root: str, recursive: bool, kept: set[tuple[str, str, int]], owner: str | None,
+                       now: float) -> list[str]:
+        """Abort the incomplete multipart uploads of transient files under ``root`` that the sweep's rule
+        removes: a writer killed mid-upload leaves one, invisible to listings and billed until aborted."""
+        uploads = self.fs.uploads
+        if uploads is None:
+            return []
+        bucket, _, key = root.partition("/")
+        prefix = key.rstrip("/") + "/" if key else ""
+        try:
+            found = uploads.list(bucket, prefix) if uploads.usable else []
+        except OSError as exc:
+            log.warning("cannot list the incomplete uploads under %s (%s); a lifecycle rule "
+                        "(AbortIncompleteMultipartUpload) removes them", root, exc)
+            return []
+        aborted = []
+        for upload in found:
+            relative = upload.key[len(prefix):]
+            if not recursive and "/" in relative:
+                continue
+            name = relative.rsplit("/", 1)[-1]
+            parsed = self.names.parse_transient(name)
+            if parsed is None:
+                continue
+            bucket_dir = self._relative(f"{bucket}/{upload.key}".rsplit("/", 1)[0])
+            if (bucket_dir, parsed.task, parsed.counter) in kept:
+                continue
+            if owner is not None and writer_of(parsed.task) != owner and now - upload.initiated < ORPHAN_AGE_S:
+                continue
+            try:
+                uploads.abort(bucket, upload)
+            except OSError as exc:
+                log.warning("cannot abort the incomplete upload of %s/%s (%s)", bucket, upload.key, exc)
+                continue
+            aborted.append(f"{bucket}/{upload.key} (incomplete upload)")
+        return aborted
+
+    def lost_files(self) -> list[str]:
+        """The finished files of the newest finished commit that the output no longer holds: with the records kept
+        beside the output, an output deleted or replaced on its own shows here (nothing else removes them)."""
+        done = [r for r, is_done in self.records() if is_done and r.files]
+        if not done:
+            return []
+        paths = [f.finished_path(self.base, self.names) for f in done[-1].files]
+        return [p for p in paths if not self.fs.exists(p)]
 
     def finished_files(self) -> list[str]:
         return [i.path for i in self._walk(self.base, recursive=True) if not i.name.startswith(("_", "."))]
@@ -398,8 +499,7 @@ class BucketingGlobalCommitter:
             entries = self.fs.list(root, recursive=recursive)
         except OSError as exc:
             raise SinkError(f"cannot list {root}: {exc}") from None
-        meta = join(self.base, META_DIR)
-        return [e for e in entries if not e.is_dir and not e.path.startswith(meta + "/")]
+        return [e for e in entries if not e.is_dir and not e.path.startswith(self.meta + "/")]
 
     def _relative(self, path: str) -> str:
         prefix = self.base.rstrip("/") + "/"

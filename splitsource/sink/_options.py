@@ -15,6 +15,7 @@ from splitsource.sink._bucketers import (
     ColumnBucketer,
     DateTimeBucketer,
 )
+from splitsource.sink._committer import BucketingGlobalCommitter, check_metadata, metadata_location
 from splitsource.sink._files import PartNames
 from splitsource.sink._formats import FORMATS, FileFormat
 
@@ -63,8 +64,13 @@ class BucketingSinkOptions:
     compression: str = option("snappy", doc="Parquet compression",
                               choices=("none", "snappy", "zstd", "gzip", "lz4", "brotli"))
     csv_header: bool = option(True, doc="CSV: write a header line at the top of each part file")
-    log_retention: int = option(10, doc="commit records kept in _bucketing/log (the log never grows past this)",
+    log_retention: int = option(10, doc="commit records kept in the records' log (it never grows past this)",
                                 minimum=2)
+    metadata: str = option("", doc="where the sink keeps its commit log and records, on the output's store "
+                                   "(default: <path>.bucketing, beside the output, which then holds data files only)")
+    success_file: bool = option(False, doc="also write an empty _SUCCESS into the output when a bounded write "
+                                           "completes (Hadoop's marker, for schedulers that wait for it; DuckDB and "
+                                           "Polars then read the output through a glob, <path>/**/*.parquet)")
 
     @property
     def file_format(self) -> FileFormat:
@@ -81,6 +87,12 @@ class BucketingSinkOptions:
     @property
     def buffer_bytes(self) -> int:
         return max(1, int(self.buffer_mb * 1024 * 1024))
+
+    def committer(self) -> BucketingGlobalCommitter:
+        """The global committer of this output: its store, its data directory and its records' place."""
+        fs, base, meta = metadata_location(self.path, self.metadata)
+        return BucketingGlobalCommitter(fs, base, self.names, retention=self.log_retention, meta=meta,
+                                        success_file=self.success_file)
 
     def make_bucketer(self) -> Bucketer:
         if self.bucketer == "none":
@@ -105,5 +117,6 @@ def parse_sink_options(raw: Mapping[str, str]) -> BucketingSinkOptions:
         raise OptionsError(f"option 'part_size_mb': {options.part_size_mb:g} MiB is over "
                            f"{MAX_OBJECT_STORE_PART_MB} on an object store, where a part is copied to its final "
                            "name at commit and one copy request moves at most 5 GiB")
+    check_metadata(options.path, options.metadata)  # a root, or a records' place the sink cannot use, fails now
     options.make_bucketer()  # validates the pattern, the zone and the columns list now, not in a task
     return options

@@ -26,7 +26,6 @@ from pyspark.sql.types import StructType
 
 from serializers import read_envelope, write_envelope
 from splitsource._errors import SinkError
-from splitsource._fs import resolve_filesystem
 from splitsource.sink._committer import BucketingGlobalCommitter, CommitRecord
 from splitsource.sink._files import PENDING_FILE_SERIALIZER, PendingFile
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
@@ -84,8 +83,7 @@ def _collect(messages: list[Any]) -> tuple[list[PendingFile], str]:
 
 
 def _committer(options: BucketingSinkOptions) -> BucketingGlobalCommitter:
-    fs, base = resolve_filesystem(options.path)
-    return BucketingGlobalCommitter(fs, base, options.names, retention=options.log_retention)
+    return options.committer()
 
 
 class BucketingBatchWriter(DataSourceArrowWriter):

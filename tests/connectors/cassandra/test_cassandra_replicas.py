@@ -171,7 +171,7 @@ def copy_command(engine: str, out: Path, *extra: str) -> list[str]:
 
 
 def committed(out: Path) -> int:
-    log = out / "_bucketing" / "log"
+    log = out.with_name(out.name + ".bucketing") / "log"
     return len(list(log.glob("*.commit"))) if log.exists() else 0
 
 

@@ -25,15 +25,24 @@ def run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[st
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
+DATA_SUFFIXES = (".parquet", ".jsonl", ".csv")
+
+
+def only_data_files(out: Path) -> bool:
+    """Whether every file under ``out`` is a finished part file: DuckDB's ``'out/**'`` and Polars'
+    ``read_parquet(out)`` read every file there, whatever its name."""
+    return all(p.name.startswith("part-") and p.name.endswith(DATA_SUFFIXES) for p in out.rglob("*") if p.is_file())
+
+
 def committed_rows(out: Path | str) -> int:
     """The rows the copy's commits hold so far (``out``: a local path or an ``s3://`` URI)."""
-    from splitsource._fs import resolve_filesystem
     from splitsource.sink import BucketingGlobalCommitter, PartNames
+    from splitsource.sink._committer import metadata_location
 
-    store, base = resolve_filesystem(str(out))
-    if not store.exists(f"{base}/_bucketing/log"):
+    store, base, meta = metadata_location(str(out))
+    if not store.exists(f"{meta}/log"):
         return 0
-    committer = BucketingGlobalCommitter(store, base, PartNames())
+    committer = BucketingGlobalCommitter(store, base, PartNames(), meta=meta)
     records = [r for r, _ in committer.records() if r.kind == "stream"]
     return records[-1].total_rows if records else 0
 
@@ -111,7 +120,8 @@ def test_generator_copy_killed_many_times_ends_exact(tmp_path: Path) -> None:
     assert "copy finished: 60,000 rows" in stdout
     check = run(["verify", *GEN, "--output", str(out)])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
-    assert (out / "_SUCCESS").exists()
+    assert (out.with_name(out.name + ".bucketing") / "_SUCCESS").exists()
+    assert only_data_files(out), "the output holds files that are not data: DuckDB and Polars would read them"
     assert not list(out.rglob("*.in-progress")) and not list(out.rglob("*.pending"))
 
 

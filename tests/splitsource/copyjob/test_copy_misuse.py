@@ -68,7 +68,7 @@ def test_two_copies_started_together_never_duplicate_a_row(tmp_path: Path, engin
         winner = next(o for o in outcomes if o.returncode == 0)
         assert "copy finished: 40,000 rows" in winner.stdout
         verify_ok(out, SLOW_GEN)
-        assert not (out / "_bucketing" / "lock.json").exists(), "the winner left its lock behind"
+        assert not (out.with_name(out.name + ".bucketing") / "lock.json").exists(), "the winner left its lock behind"
 
 
 def test_an_output_owned_by_another_copy_is_refused_and_each_advice_ends_exact(tmp_path: Path) -> None:
@@ -224,7 +224,7 @@ def test_an_interrupted_copy_says_so_in_one_line_and_resumes_exact(tmp_path: Pat
     stdout, stderr = proc.communicate(timeout=120)
     one_line(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), code, word,
              "run the same command again to resume")
-    assert not (out / "_bucketing" / "lock.json").exists(), "the interrupted copy kept its lock"
+    assert not (out.with_name(out.name + ".bucketing") / "lock.json").exists(), "the interrupted copy kept its lock"
     assert run(args).returncode == 0
     verify_ok(out, SLOW_GEN)
 
@@ -235,14 +235,14 @@ def test_a_lock_left_by_a_killed_copy_is_taken_over(tmp_path: Path) -> None:
     proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + 60
-    while not (out / "_bucketing" / "lock.json").exists():
+    while not (out.with_name(out.name + ".bucketing") / "lock.json").exists():
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.02)
-    held = json.loads((out / "_bucketing" / "lock.json").read_text())
+    held = json.loads((out.with_name(out.name + ".bucketing") / "lock.json").read_text())
     assert held["pid"] == proc.pid
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert (out / "_bucketing" / "lock.json").exists()  # SIGKILL: no chance to release it
+    assert (out.with_name(out.name + ".bucketing") / "lock.json").exists()  # SIGKILL: no chance to release it
     result = run(args)
     assert result.returncode == 0, result.stderr
     verify_ok(out, SLOW_GEN)

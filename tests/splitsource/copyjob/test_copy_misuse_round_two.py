@@ -92,7 +92,7 @@ def test_a_uri_with_a_query_string_gets_its_checkpoint_beside_it_and_no_secret_i
     summary = copy("generator", {"rows": "200", "split_rows": "100"}, output, engine="local", workers=1)
     assert summary.checkpoint == f"file://{tmp_path}/out.checkpoint"
     assert (tmp_path / "out.checkpoint" / "splitsource-copy.json").exists()
-    owner = json.loads((tmp_path / "out" / "_bucketing" / "owner.json").read_text())
+    owner = json.loads((tmp_path / "out.bucketing" / "owner.json").read_text())
     assert owner["checkpoint"] == f"file://{tmp_path}/out.checkpoint"
     from splitsource._fs import redact
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.splitsource.copyjob.test_copy import CLI, committed_rows, finished, kill_and_rerun, run
+from tests.splitsource.copyjob.test_copy import CLI, committed_rows, finished, kill_and_rerun, only_data_files, run
 
 pytestmark = [pytest.mark.slow]
 # about 5 s a run: 120 fetches of 80 ms over 2 workers, in batches of 2 splits
@@ -32,7 +32,8 @@ def test_local_copy_killed_many_times_ends_exact_and_never_rereads(tmp_path: Pat
     assert 0 < rows_this_run(stdout) < 60_000, "the kills should have left part of the copy to the last run"
     check = run(["verify", *GEN, "--output", str(out)])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
-    assert (out / "_SUCCESS").exists()
+    assert (out.with_name(out.name + ".bucketing") / "_SUCCESS").exists()
+    assert only_data_files(out), "the output holds files that are not data: DuckDB and Polars would read them"
     assert not list(out.rglob("*.in-progress")) and not list(out.rglob("*.pending"))
     offsets = sorted((tmp_path / "out.checkpoint" / "local" / "offsets").iterdir())
     assert len(offsets) == 2, "offsets are pruned down to the last two (a rolled-back commit replays from the first)"

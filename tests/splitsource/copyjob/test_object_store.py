@@ -39,11 +39,11 @@ RACER = textwrap.dedent("""
             time.sleep(0.005)
 
     def create(self, path, data):
-        if path.endswith("_bucketing/lock.json"):
+        if path.endswith(".bucketing/lock.json"):
             meet("output")
         if plain and path.endswith("lock.json"):
             self.conditional = None
-            if not path.endswith("_bucketing/lock.json"):
+            if not path.endswith(".bucketing/lock.json"):
                 meet("checkpoint")
         return original(self, path, data)
 
@@ -84,6 +84,49 @@ def test_a_copy_to_s3_is_exact_and_readers_see_only_committed_rows(s3: Any) -> N
     assert main(["verify", "--connector", "generator", "-o", f"rows={ROWS}", "-o", "split_rows=250",
                  "--output", uri]) == 0
     assert _ids(uri) == list(range(ROWS))
+
+
+# DuckDB reads S3 through its httpfs extension, which it downloads at first use; the package index carries it for
+# DuckDB 1.4 (LTS) only, so scripts/test.sh installs that pair apart from the venv (whose DuckDB is newer)
+DUCKDB_S3 = ROOT / ".venv" / "duckdb-s3"
+DUCKDB_QUERY = textwrap.dedent("""
+    import glob, os, sys
+    import duckdb
+    extension = glob.glob(os.path.join(sys.argv[1], "duckdb_ext", "extensions", "*", "*", "httpfs.duckdb_extension"))
+    con = duckdb.connect()
+    con.load_extension(extension[0])
+    endpoint = os.environ["AWS_ENDPOINT_URL"].split("://", 1)[1]
+    con.execute(f"CREATE SECRET (TYPE s3, KEY_ID '{os.environ['AWS_ACCESS_KEY_ID']}', "
+                f"SECRET '{os.environ['AWS_SECRET_ACCESS_KEY']}', REGION '{os.environ['AWS_REGION']}', "
+                f"ENDPOINT '{endpoint}', URL_STYLE 'path', USE_SSL false)")
+    print(duckdb.__version__, *con.sql(f"SELECT count(*), count(DISTINCT id), min(id), max(id) "
+                                      f"FROM read_parquet('{sys.argv[2]}/**')").fetchone())
+""")
+
+
+def test_readers_pointed_at_the_s3_output_read_exactly_the_committed_rows(s3: Any) -> None:
+    """pyarrow.dataset, Polars and DuckDB, each with its plainest call on the output's prefix and the endpoint
+    passed as its users pass it: the output holds data files only (the sink's records are beside it)."""
+    import polars as pl
+
+    from splitsource.cli import main
+
+    uri = s3.uri("readers")
+    assert main([*COPY, "--output", uri]) == 0
+    assert _ids(uri) == list(range(ROWS))
+    options = {"aws_endpoint_url": s3.env["AWS_ENDPOINT_URL"], "aws_access_key_id": s3.env["AWS_ACCESS_KEY_ID"],
+               "aws_secret_access_key": s3.env["AWS_SECRET_ACCESS_KEY"], "aws_region": s3.env["AWS_REGION"],
+               "aws_allow_http": "true"}
+    polars_ids = pl.read_parquet(uri + "/", storage_options=options)["id"].to_list()
+    assert sorted(polars_ids) == list(range(ROWS))
+    assert (DUCKDB_S3 / ".complete").exists(), "scripts/test.sh installs DuckDB's S3 reader into .venv/duckdb-s3"
+    env = {**os.environ, "PYTHONPATH": str(DUCKDB_S3)}
+    duck = subprocess.run([sys.executable, "-c", DUCKDB_QUERY, str(DUCKDB_S3), uri], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert duck.returncode == 0, duck.stderr[-2000:]
+    version, count, distinct, low, high = duck.stdout.split()
+    assert version.startswith("1.4") and (int(count), int(distinct), int(low), int(high)) == (ROWS, ROWS, 0,
+                                                                                              ROWS - 1)
 
 
 def test_two_copies_started_together_never_both_write(s3: Any, tmp_path: Path) -> None:
@@ -189,4 +232,54 @@ def test_copies_to_s3_killed_many_times_end_exact(s3: Any, engine: str) -> None:
     store, base = resolve_filesystem(uri)
     left = [e.path for e in store.list(base, recursive=True) if e.name.endswith((".pending", ".in-progress"))]
     assert left == [], left  # no partial or pending object left behind
+    assert store.uploads is not None and store.uploads.list("lake", base.partition("/")[2] + "/") == []
     assert _ids(uri) == list(range(120_000))
+
+
+# A writer of a part on S3, killed mid-upload: pyarrow has sent parts of a multipart upload, not completed it.
+HALF_UPLOAD = textwrap.dedent("""
+    import os, sys, time
+    import pyarrow.fs as pafs
+    fs, path = pafs.FileSystem.from_uri(sys.argv[1])
+    stream = fs.open_output_stream(path)
+    for _ in range(4):
+        stream.write(os.urandom(8 << 20))
+    stream.flush()
+    print("uploading", flush=True)
+    time.sleep(120)
+""")
+
+
+def _half_upload(uri: str) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", HALF_UPLOAD, uri], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "uploading"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_writer_killed_mid_upload_leaves_an_incomplete_upload_that_the_next_sweep_aborts(s3: Any) -> None:
+    from splitsource._fs import resolve_filesystem
+    from splitsource.sink import BucketingGlobalCommitter, PartNames
+
+    store, base = resolve_filesystem(s3.uri("half"))
+    assert store.uploads is not None and store.uploads.usable
+    mine = "00000-aaaaaaaaaaaa-1111"  # <partition>-<writer>-<attempt token>, as a copy names its tasks
+    other = "00001-bbbbbbbbbbbb-2222"  # a task of another writer, alive as far as anyone knows
+    _half_upload(s3.uri(f"half/dt=1/_part-{mine}-0.pending"))
+    _half_upload(s3.uri(f"half/_part-{other}-0.pending"))
+    foreign = s3.uri("half/notes.bin.upload")
+    _half_upload(foreign)  # not a name the sink writes: never touched
+    listed = sorted(u.key for u in store.uploads.list("lake", "half/"))
+    assert listed == [f"half/_part-{other}-0.pending", f"half/dt=1/_part-{mine}-0.pending", "half/notes.bin.upload"], \
+        "the killed writers left no incomplete upload: the fault did not happen"
+    assert not [e for e in store.list(base, recursive=True) if not e.is_dir]  # invisible to a listing of objects
+
+    committer = BucketingGlobalCommitter(store, base, PartNames())
+    committer.sweep(keep=(), owner="aaaaaaaaaaaa")  # a writer's own sweep: another live writer's upload stays
+    assert sorted(u.key for u in store.uploads.list("lake", "half/")) == [f"half/_part-{other}-0.pending",
+                                                                          "half/notes.bin.upload"]
+    committer.sweep(keep=())  # a copy's sweep (it owns the output): every transient upload
+    assert [u.key for u in store.uploads.list("lake", "half/")] == ["half/notes.bin.upload"]
+    store.uploads.abort("lake", store.uploads.list("lake", "half/")[0])

@@ -84,7 +84,7 @@ def test_a_logged_commit_whose_files_are_gone_is_rolled_back_once_not_raised_for
     writer.write(_rows(0))
     files = writer.prepare_commit(end_of_input=True)
     record = committer.combine(files, kind="stream", write_id="q", batch_id=0)
-    log = tmp_path / "_bucketing" / "log"
+    log = tmp_path.with_name(tmp_path.name + ".bucketing") / "log"
     log.mkdir(parents=True)
     (log / f"{record.seq:020d}.commit").write_bytes(write_envelope(COMMIT_RECORD_SERIALIZER, record))
     os.unlink(files[0].pending_path(str(tmp_path), _options(tmp_path).names))  # removed from outside
@@ -121,7 +121,7 @@ def test_a_replay_is_recognised_after_other_writers_pruned_its_records(tmp_path:
 ], ids=["bucket-up", "bucket-absolute", "task-path", "replaced-up"])
 def test_a_commit_record_that_escapes_the_output_is_damage_not_an_instruction(tmp_path: Path,
                                                                              record: CommitRecord) -> None:
-    log = tmp_path / "_bucketing" / "log"
+    log = tmp_path.with_name(tmp_path.name + ".bucketing") / "log"
     log.mkdir(parents=True)
     (log / f"{1:020d}.commit").write_bytes(write_envelope(COMMIT_RECORD_SERIALIZER, record))
     with pytest.raises(SinkError, match=r"is unreadable .* damaged: move the output aside"):
@@ -146,7 +146,7 @@ def test_a_sweep_leaves_another_running_writers_files_and_removes_day_old_orphan
 def test_the_spark_sink_refuses_an_output_a_copy_owns_or_writes(tmp_path: Path) -> None:
     from splitsource.spark._sink import BucketingBatchWriter, BucketingStreamWriter
 
-    meta = tmp_path / "_bucketing"
+    meta = tmp_path.with_name(tmp_path.name + ".bucketing")
     meta.mkdir()
     (meta / "owner.json").write_text('{"token": "t", "checkpoint": "/data/out.checkpoint"}')
     options = parse_sink_options({"path": str(tmp_path), "bucketer": "none"})

@@ -160,7 +160,7 @@ def test_a_commit_retried_after_partial_renames_finishes_the_rest(tmp_path: Path
     files = writer.prepare_commit()
     record = committer.combine(files, kind="append", write_id="w")
     # a crash after the commit record and the first rename: the next run finishes the rest
-    log = tmp_path / "_bucketing" / "log"
+    log = tmp_path.with_name(tmp_path.name + ".bucketing") / "log"
     log.mkdir(parents=True)
     (log / f"{record.seq:020d}.commit").write_bytes(write_envelope(COMMIT_RECORD_SERIALIZER, record))
     fs = pafs.LocalFileSystem()
@@ -206,14 +206,14 @@ def test_commit_log_stays_bounded(tmp_path: Path) -> None:
         writer = BucketingSinkWriter(opts, batch(0, 1).schema, fs, base, task=f"t{i}")
         writer.write(batch(i, 1))
         committer.commit(committer.combine(writer.prepare_commit(), kind="stream", write_id="q", batch_id=i))
-    assert len(list((tmp_path / "_bucketing" / "log").glob("*.commit"))) == 3
+    assert len(list((tmp_path.with_name(tmp_path.name + ".bucketing") / "log").glob("*.commit"))) == 3
     assert committer.last_stream_batch("q") == 7
     assert finished_ids(tmp_path, "parquet") == list(range(8))
 
 
 def test_a_corrupt_commit_record_is_named_not_ignored(tmp_path: Path) -> None:
     opts, committer = sink(tmp_path, format="parquet")
-    log = tmp_path / "_bucketing" / "log"
+    log = tmp_path.with_name(tmp_path.name + ".bucketing") / "log"
     log.mkdir(parents=True)
     (log / f"{1:020d}.commit").write_bytes(b"garbage")
     with pytest.raises(SinkError, match=r"00000000000000000001\.commit is unreadable"):

@@ -46,7 +46,8 @@ def test_batch_append_and_overwrite_are_exact_and_readers_see_only_finished_file
     used = {Path(r[0].replace("file://", "")).name for r in read.select(input_file_name()).distinct().collect()}
     assert used == {p.name for p in visible_files(out)}
     assert all(p.name.startswith("part-") and p.suffix == ".parquet" for p in visible_files(out))
-    assert (out / "_SUCCESS").exists() and transient(out) == []
+    assert (out.with_name(out.name + ".bucketing") / "_SUCCESS").exists() and transient(out) == []
+    assert not (out / "_SUCCESS").exists() and not (out / "_bucketing").exists()  # the output holds data only
 
     writer.mode("overwrite").save(str(out))
     assert ids(spark, out) == list(range(20_000))
@@ -90,15 +91,12 @@ def test_bucket_values_read_back_exactly_in_spark_duckdb_polars_and_pyarrow(spar
     out = tmp_path / "out"
     df.write.format("bucketing").option("bucketer", "columns").option("bucket_columns", "v").mode("append") \
         .save(str(out))
-    files = f"{out}/**/*.parquet"
-    seen = {
+    seen = {  # the directory itself, typed as text (the values are strings that look like anything)
         "pyarrow": ds.dataset(out, format="parquet", partitioning=ds.HivePartitioning(
             pa.schema([("v", pa.string())]))).to_table().select(["id", "v"]).to_pylist(),
-        "polars": pl.scan_parquet(files, hive_partitioning=True, hive_schema={"v": pl.String}).collect()
-        .select(["id", "v"]).to_dicts(),
+        "polars": pl.scan_parquet(out, hive_schema={"v": pl.String}).collect().select(["id", "v"]).to_dicts(),
         "duckdb": [{"id": i, "v": v} for i, v in duckdb.sql(
-            f"SELECT id, v FROM read_parquet('{files}', hive_partitioning=true, hive_types_autocast=false)"
-        ).fetchall()],
+            f"SELECT id, v FROM read_parquet('{out}/**', hive_types_autocast=false)").fetchall()],
     }
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
     try:
@@ -127,13 +125,13 @@ def test_the_default_bucketer_is_read_by_every_readers_plainest_call_with_its_co
     hours = {(t.date(), t.hour) for t in (before, after)}  # the write may straddle an hour
     assert all(p.relative_to(out).parts[:2] in {(f"dt={d}", f"hour={h}") for d, h in hours}
                for p in visible_files(out))
-    files = f"{out}/**/*.parquet"
+    # each reader's plainest call on the directory: DuckDB and Polars read every file there, whatever its name
     seen = {
         "spark": [(r.id, r.dt, r.hour) for r in spark.read.parquet(str(out)).collect()],
         "pyarrow": [(r["id"], dt.date.fromisoformat(r["dt"]), r["hour"])
                     for r in ds.dataset(out, partitioning="hive").to_table().to_pylist()],
-        "duckdb": duckdb.sql(f"SELECT id, dt, hour FROM '{files}'").fetchall(),
-        "polars": list(pl.read_parquet(files, hive_partitioning=True).select("id", "dt", "hour").iter_rows()),
+        "duckdb": duckdb.sql(f"SELECT id, dt, hour FROM read_parquet('{out}/**')").fetchall(),
+        "polars": list(pl.read_parquet(out).select("id", "dt", "hour").iter_rows()),
     }
     for reader, rows in seen.items():
         assert sorted(r[0] for r in rows) == list(range(3000)), reader
@@ -146,8 +144,9 @@ def test_hostile_bucket_values_stay_under_the_base_path(spark: Any, tmp_path: Pa
     out = tmp_path / "base" / "out"
     df.write.format("bucketing").option("bucketer", "columns").option("bucket_columns", "v").mode("append") \
         .save(str(out))
-    everything = [p for p in (tmp_path / "base").rglob("*") if p.is_file()]
-    assert all(out in p.parents for p in everything)
+    records = out.with_name("out.bucketing")  # the sink's records, beside the output
+    everything = [p for p in (tmp_path / "base").rglob("*") if p.is_file() and records not in p.parents]
+    assert everything and all(out in p.parents for p in everything)
     assert len(visible_files(out)) == len(values)
     spark.conf.set("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
     try:
