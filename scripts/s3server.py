@@ -5,6 +5,10 @@ from the Go module proxy into the cache, run as ``weed mini`` on a loopback addr
     python scripts/s3server.py install                     # build weed into ~/.cache/splitsource (about 5 minutes)
     python scripts/s3server.py start [--dir D] [--port 18333] [--bucket lake]
     python scripts/s3server.py stop [--dir D]
+    python scripts/s3server.py spark-jars                  # hadoop-aws and the AWS SDK for Spark's s3a://
+
+``spark-jars`` fetches (once, from Maven Central) what Spark needs to read ``s3a://`` and prints it as a value of
+``spark.jars``; ``spark_s3a_conf`` gives the settings that point s3a at the server.
 
 ``start`` prints the environment a client needs (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL,
 AWS_REGION, AWS_ALLOW_HTTP). It reuses a server that runs under ``--dir`` and deletes nothing; ``stop`` stops it
@@ -16,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -139,6 +144,59 @@ def stop(root: Path = DEFAULT_DIR, timeout: float = 30.0) -> None:
     (root / "weed.pid").unlink(missing_ok=True)
 
 
+def spark_jars() -> list[Path]:
+    """hadoop-aws of the Hadoop inside pyspark, with the AWS SDK version that Hadoop was built with (its
+    hadoop-project pom says), less the jars Spark ships itself; fetched once into the cache."""
+    import pyspark
+
+    spark_jars_dir = Path(pyspark.__file__).parent / "jars"
+    shipped = sorted(spark_jars_dir.glob("hadoop-client-api-*.jar"))
+    if not shipped:
+        raise SystemExit(f"s3server.py: no hadoop-client-api jar in {spark_jars_dir}")
+    hadoop = shipped[0].stem.rsplit("-", 1)[1]
+    target = CACHE / f"spark-s3a-{hadoop}"
+    if not (target / ".complete").exists():
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise SystemExit("s3server.py: Maven (mvn) is needed to fetch hadoop-aws from Maven Central")
+        subprocess.run([mvn, "-q", "-B", "dependency:get", f"-Dartifact=org.apache.hadoop:hadoop-project:{hadoop}:pom",
+                        "-Dtransitive=false"], check=True, stdout=sys.stderr)
+        pom = Path.home() / ".m2" / "repository" / "org" / "apache" / "hadoop" / "hadoop-project" / hadoop / \
+            f"hadoop-project-{hadoop}.pom"
+        sdk = re.search(r"<aws-java-sdk-v2.version>([^<]+)<", pom.read_text())
+        if sdk is None:
+            raise SystemExit(f"s3server.py: {pom} names no AWS SDK version")
+        partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        subprocess.run([mvn, "-q", "-B", "-f", str(ROOT / "scripts" / "s3a" / "pom.xml"), f"-Dhadoop.version={hadoop}",
+                        f"-Dsdk.version={sdk.group(1)}", "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
+                        "-DincludeScope=runtime"], check=True, stdout=sys.stderr)
+        names = {_artifact(p.name) for p in spark_jars_dir.glob("*.jar")}
+        for jar in partial.glob("*.jar"):
+            if _artifact(jar.name) in names:
+                jar.unlink()  # Spark's own (netty, httpclient, slf4j...): one copy on the class path
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+        (target / ".complete").touch()
+    return sorted(target.glob("*.jar"))
+
+
+def _artifact(name: str) -> str:
+    """A jar's artifact name without its version (netty-codec-http-4.1.126.Final.jar -> netty-codec-http)."""
+    return re.sub(r"-\d[\w.]*(-[A-Za-z0-9]+)?\.jar$", "", name)
+
+
+def spark_s3a_conf(env: dict[str, str]) -> dict[str, str]:
+    """Spark settings that point s3a:// at the server whose environment ``env`` is (what ``start`` prints)."""
+    return {"spark.jars": ",".join(str(p) for p in spark_jars()),
+            "spark.hadoop.fs.s3a.endpoint": env["AWS_ENDPOINT_URL"],
+            "spark.hadoop.fs.s3a.endpoint.region": env["AWS_REGION"],
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.access.key": env["AWS_ACCESS_KEY_ID"],
+            "spark.hadoop.fs.s3a.secret.key": env["AWS_SECRET_ACCESS_KEY"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", type=Path, default=DEFAULT_DIR, help=f"data and log (default {DEFAULT_DIR})")
@@ -150,12 +208,15 @@ def main(argv: list[str] | None = None) -> int:
     p_start.add_argument("--port", type=int, default=18333, help="S3 port (the next five are its other services)")
     p_start.add_argument("--bucket", default="lake")
     sub.add_parser("stop", parents=[common], help="stop the server under --dir")
+    sub.add_parser("spark-jars", help="fetch hadoop-aws and the AWS SDK for Spark's s3a://; print them for spark.jars")
     args = parser.parse_args(argv)
     if args.command == "install":
         print(install())
     elif args.command == "start":
         for key, value in start(args.dir.resolve(), args.address, args.port, args.bucket).items():
             print(f"export {key}={value}")
+    elif args.command == "spark-jars":
+        print(",".join(str(p) for p in spark_jars()))
     else:
         stop(args.dir.resolve())
     return 0

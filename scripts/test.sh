@@ -12,6 +12,9 @@ for version in 4.0 4.1; do python scripts/cassandra.py install --version "$versi
 # the S3-compatible server of the object-store tests (SeaweedFS, built once from the Go module proxy: about 5 minutes)
 python scripts/s3server.py install >/dev/null
 
+# hadoop-aws and the AWS SDK, for the tests' Spark reads of s3a:// (from Maven Central, about 10 MB)
+python scripts/s3server.py spark-jars >/dev/null
+
 # the Spark Connect client's packages, apart from the venv (tests/splitsource/spark/test_connect.py puts them on the
 # client's path only): pandas in the venv would be imported by pyarrow in every process of every other test
 if [ ! -f .venv/connect-client/.complete ]; then

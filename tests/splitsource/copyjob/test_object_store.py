@@ -3,6 +3,7 @@ owner when two copies start together, and a store without conditional creates re
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -104,9 +105,23 @@ DUCKDB_QUERY = textwrap.dedent("""
 """)
 
 
+SPARK_QUERY = textwrap.dedent("""
+    import json, sys
+    from pyspark.sql import SparkSession
+    builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+    for key, value in json.loads(sys.argv[1]).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    df = spark.read.parquet(sys.argv[2])
+    print("ROWS", df.count(), df.select("id").distinct().count(), df.agg({"id": "min"}).first()[0],
+          df.agg({"id": "max"}).first()[0])
+    spark.stop()
+""")
+
+
 def test_readers_pointed_at_the_s3_output_read_exactly_the_committed_rows(s3: Any) -> None:
-    """pyarrow.dataset, Polars and DuckDB, each with its plainest call on the output's prefix and the endpoint
-    passed as its users pass it: the output holds data files only (the sink's records are beside it)."""
+    """Spark (s3a://), pyarrow.dataset, Polars and DuckDB, each with its plainest call on the output's prefix and
+    the endpoint passed as its users pass it: the output holds data files only (the sink's records are beside it)."""
     import polars as pl
 
     from splitsource.cli import main
@@ -127,6 +142,13 @@ def test_readers_pointed_at_the_s3_output_read_exactly_the_committed_rows(s3: An
     version, count, distinct, low, high = duck.stdout.split()
     assert version.startswith("1.4") and (int(count), int(distinct), int(low), int(high)) == (ROWS, ROWS, 0,
                                                                                               ROWS - 1)
+    from scripts.s3server import spark_s3a_conf
+
+    conf = json.dumps(spark_s3a_conf(s3.env))  # hadoop-aws from the cache (scripts/test.sh fetches it)
+    spark = subprocess.run([sys.executable, "-c", SPARK_QUERY, conf, uri.replace("s3://", "s3a://")],
+                           capture_output=True, text=True, timeout=300)
+    assert spark.returncode == 0, spark.stderr[-3000:]
+    assert f"ROWS {ROWS} {ROWS} 0 {ROWS - 1}" in spark.stdout, spark.stdout
 
 
 def test_two_copies_started_together_never_both_write(s3: Any, tmp_path: Path) -> None:
