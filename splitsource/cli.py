@@ -263,14 +263,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+# the library names copy()'s own arguments as options; on the command line they are flags
+_FLAGS = {f"option '{name}'": f"--{name}" for name in ("master", "workers", "engine")}
+
+
+def _as_flags(message: str) -> str:
+    for option, flag in _FLAGS.items():
+        message = message.replace(option, flag)
+    return message
+
+
 def _run(args: argparse.Namespace) -> tuple[int, str]:
     """The command's exit code and, when it failed, its one-line message."""
     try:
         return {"copy": _copy, "verify": _verify, "options": _options}[args.command](args), ""
     except OptionsError as exc:
-        return EXIT_USAGE, str(exc)
+        return EXIT_USAGE, _as_flags(str(exc))
     except SplitSourceError as exc:  # CheckpointError, CopyError, SinkError, SplitReadError, ...
-        return EXIT_FAILED, str(exc)
+        return EXIT_FAILED, _as_flags(str(exc))
     except OSError as exc:  # a file system refused: permission, no space, a path that is a file
         return EXIT_FAILED, f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}"
     except Terminated:

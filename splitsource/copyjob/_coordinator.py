@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from serializers import read_envelope, write_envelope
+from serializers import write_envelope
 from splitsource._api import Split
 from splitsource._errors import CheckpointError, CopyError
 from splitsource._fs import Store, child_uri, resolve_filesystem
@@ -42,9 +42,8 @@ from splitsource._offsets import (
 )
 from splitsource._planning import FrameworkOptions, TaskEnvironment, batch_limit, build_source
 from splitsource.copyjob._ledger import split_counts, write_batch
-from splitsource.copyjob._protocol import EngineResult, ProgressFn, ReadStats
+from splitsource.copyjob._protocol import EngineResult, ProgressFn, ReadStats, TaskOutcome, TaskSpec
 from splitsource.sink._committer import BucketingGlobalCommitter
-from splitsource.sink._files import PENDING_FILE_SERIALIZER
 
 __all__ = ["Batch", "TaskPool", "run_batches"]
 
@@ -53,22 +52,22 @@ log = logging.getLogger("splitsource.copy")
 
 @dataclass(frozen=True)
 class Batch:
-    """One batch for a pool to run: its splits (and their versioned bytes, for the tasks), and the task (the
-    read options, the sink's options and the planner's environment) each of its read tasks runs with."""
+    """One batch for a pool to run: its splits (and their versioned bytes, for the tasks), and the task each of
+    its read tasks runs with (its ``readers`` and ``index`` set by the pool)."""
 
     batch_id: int
     splits: tuple[Split, ...]
     encoded: Mapping[str, bytes]  # split id -> the split's versioned bytes
-    task: Mapping[str, Any]
+    task: TaskSpec
     framework: FrameworkOptions
 
 
 class TaskPool(Protocol):
     """Who runs the read tasks: the local engine's worker processes, or Spark's executors."""
 
-    def run(self, batch: Batch, progress: Callable[[int, int], None]) -> list[dict[str, Any]]:
-        """Run the batch's read tasks (:func:`splitsource.copyjob._worker.run_task`) and return each task's
-        result; ``progress(splits finished, rows written)`` while they run. A failure is a :class:`CopyError`,
+    def run(self, batch: Batch, progress: Callable[[int, int], None]) -> list[TaskOutcome]:
+        """Run the batch's read tasks (:func:`splitsource.copyjob._protocol.run_task`) and return each task's
+        outcome; ``progress(splits finished, rows written)`` while they run. A failure is a :class:`CopyError`,
         raised once no task of the batch runs any more."""
 
     def close(self) -> None:
@@ -103,8 +102,7 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
         parallelism = max(framework.parallelism, parallelism)
         limit = batch_limit(framework)
         plans = PlanStore(child_uri(checkpoint, PLANS_DIR))  # the plan once, offsets hold a cursor
-        task = {"options": dict(read_options), "sink": dict(sink_raw), "environment": TaskEnvironment.current(),
-                "writer": writer_id}
+        task = TaskSpec(dict(read_options), dict(sink_raw), TaskEnvironment.current(), writer_id)
 
         def read_offset(batch_id: int) -> dict[str, Any] | None:
             found = _read_offset(fs, root, batch_id)
@@ -146,8 +144,8 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
             except CopyError:
                 committer.sweep(keep=())  # no task of the batch runs any more: its files are orphans now
                 raise
-            files = [read_envelope(PENDING_FILE_SERIALIZER, f) for r in results for f in r["files"]]
-            split_rows = {k: int(v) for r in results for k, v in r["report"]["split_rows"].items()}
+            files = [f for r in results for f in r.files]
+            split_rows = {k: v for r in results for k, v in r.report.split_rows.items()}
             counts = split_counts(encoded, split_rows)
             committer.commit_batch(files, query_id=query_id, batch_id=batch_id,
                                    before_commit=partial(write_batch, checkpoint, query_id, batch_id, counts))
@@ -156,10 +154,10 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
             _prune_offsets(fs, root, keep_from=batch_id - 1)
             last, start = batch_id, end
             done_splits = int(end["taken"])
-            rows += sum(int(r["rows"]) for r in results)
+            rows += sum(r.rows for r in results)
             batches += 1
             for r in results:
-                stats.add(r["report"])
+                stats.add(r.report)
     finally:
         pool.close()
     return EngineResult(int(start["taken"]) if start else 0, total, batches, stats)

@@ -29,7 +29,7 @@ from splitsource._offsets import source_fingerprint
 from splitsource._planning import build_source
 from splitsource.copyjob._claim import FINISHED_FILE, check_paths, claim, start_over, undo_unstarted
 from splitsource.copyjob._ownership import CopyLock, check_one_writer
-from splitsource.copyjob._protocol import CopyRun, EngineResult
+from splitsource.copyjob._protocol import CopyRun, Engine, EngineResult
 from splitsource.sink._committer import META_DIR, META_SUFFIX, BucketingGlobalCommitter
 from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
@@ -186,19 +186,21 @@ def location(flag: str, path: str) -> str:
     return path if is_uri(path) else os.path.abspath(path)
 
 
-# the engines, by module: each runs the batch protocol (splitsource.copyjob._protocol) with its own task runner. Looked
-# up by name, as connectors are: the copy job does not depend on Spark, the Spark engine depends on the copy job.
-ENGINES = {"spark": "splitsource.spark._copy", "local": "splitsource.copyjob._local"}
+# the engines by name (splitsource.copyjob._protocol.Engine), as module:class: imported when named, as connectors
+# are, so the copy job does not depend on Spark (the Spark engine depends on the copy job)
+ENGINES = {"spark": "splitsource.spark._copy:SparkEngine", "local": "splitsource.copyjob._local:LocalEngine"}
 
 
-MAX_WORKERS = 256  # local engine processes: more than any machine this runs on has cores for
-
-
-def _engine(name: str) -> Any:
-    return importlib.import_module(ENGINES[name])
-
-
-_MASTER = re.compile(r"local(\[[0-9*]+(,[0-9]+)?\])?|local-cluster\[[0-9, ]+\]|(spark|k8s)://\S+|yarn")
+def engine_named(name: str, *, master: str = "local[2]", spark: Any = None, workers: int = 0) -> Engine:
+    """The engine ``name`` with its settings: ``master`` and ``spark`` for Spark, ``workers`` for the local one."""
+    if name not in ENGINES:
+        raise OptionsError(f"option 'engine': {name!r} is not one of {', '.join(ENGINES)}")
+    if name != "spark" and spark is not None:
+        raise OptionsError(f"option 'engine': {name!r} runs without Spark; do not pass a Spark session")
+    module, _, cls = ENGINES[name].partition(":")
+    made: Engine = getattr(importlib.import_module(module), cls)(
+        **({"master": master, "spark": spark} if name == "spark" else {"workers": workers}))
+    return made
 
 
 def copy(
@@ -216,15 +218,17 @@ def copy(
     max_mb_per_second: float = 0,
     progress: Progress | None = None,
     spark: Any = None,
-    engine: str = "spark",
+    engine: str | Engine = "spark",
     workers: int = 0,
     overwrite: bool = False,
     single_writer: bool = False,
 ) -> CopySummary:
     """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
 
-    ``engine``: ``spark`` (Spark tasks on ``master``, one Spark job per batch) or ``local`` (``workers`` processes
-    on this machine, default one per core, no JVM); both commit the same way, a checkpoint belongs to one engine.
+    ``engine``: ``spark`` (Spark tasks on ``master``, or on ``spark``, one Spark job per batch) or ``local``
+    (``workers`` processes on this machine, default one per core, no JVM), or an :class:`Engine` made by the
+    caller (``SparkEngine(master)``, ``LocalEngine(workers)``), which is closed when the copy ends; both commit
+    the same way, a checkpoint belongs to one engine.
     ``max_rows_per_second`` and ``max_mb_per_second`` limit the whole copy's read rate (0: none), shared by the
     readers that run at once; a re-run may change them.
 
@@ -239,18 +243,22 @@ def copy(
     touches committed output.
     """
     started = time.monotonic()
-    if engine not in ENGINES:
-        raise OptionsError(f"option 'engine': {engine!r} is not one of {', '.join(ENGINES)}")
-    if engine == "local" and spark is not None:
-        raise OptionsError("option 'engine': 'local' runs without Spark; do not pass a Spark session")
-    if not 0 <= workers <= MAX_WORKERS:
-        raise OptionsError(f"option 'workers': {workers} is not from 0 (one per core) to {MAX_WORKERS}")
     if any(k.lower() == "plan_location" for k in source_options):
         raise OptionsError("option 'plan_location' is for streaming reads: a copy keeps its plan in its checkpoint "
                            "(<checkpoint>/plans); leave it out")
-    if engine == "spark" and spark is None and not _MASTER.fullmatch(master):
-        raise OptionsError(f"--master {master!r} is not a Spark master URL: use local[N], spark://HOST:PORT, "
-                           "k8s://HOST:PORT or yarn")
+    runner = engine_named(engine, master=master, spark=spark, workers=workers) if isinstance(engine, str) else engine
+    try:
+        return _copy(runner, connector, source_options, output, format, bucketer, sink_options, checkpoint,
+                     max_splits_per_batch, max_rows_per_second, max_mb_per_second, progress, overwrite,
+                     single_writer, started)
+    finally:
+        runner.close()
+
+
+def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], output: str, format: str,
+          bucketer: str, sink_options: Mapping[str, str] | None, checkpoint: str | None, max_splits_per_batch: int,
+          max_rows_per_second: float, max_mb_per_second: float, progress: Progress | None, overwrite: bool,
+          single_writer: bool, started: float) -> CopySummary:
     output = location("--output", output)
     checkpoint = location("--checkpoint", checkpoint or default_checkpoint(output))
     framework_raw = {"connector": connector}
@@ -271,32 +279,23 @@ def copy(
     origin = dict(source.origin())
     if origin:
         identity["origin"] = origin
-    if engine != "spark":
-        identity["engine"] = engine  # the engines' checkpoints differ: one engine's is refused by the other
+    if engine.name != "spark":
+        identity["engine"] = engine.name  # the engines' checkpoints differ: one engine's is refused by the other
     committer = sink.committer()
     records = _records_uri(output, sink, committer)
     made = [p for p in (output, checkpoint, records) if not _exists(p)]
     failed, locked = True, False
     places = [(f"output {redact(output)}", records), (f"checkpoint {redact(checkpoint)}", checkpoint)]
-    own_session = None
     checked = False
     try:
         check_one_writer(places, single_writer)
-        on_cluster = engine == "spark" and not (spark.sparkContext.master if spark is not None
-                                                else master).startswith("local")
-        if on_cluster:  # the executors must see what this process sees, before anything is claimed
-            spark_copy = _engine("spark")
-            if spark is None:
-                spark = own_session = spark_copy.start_session(master)
-            spark_copy.check_shared_storage(spark, places)
+        engine.check_storage(places)  # on a cluster: the executors see what this process sees, before any claim
         checked = True
     finally:
         if not checked:
             _remove_if_empty(made)
-            if own_session is not None:
-                _engine("spark").stop_session(own_session)
     try:
-        with CopyLock(places, command=f"splitsource copy --engine {engine}"):
+        with CopyLock(places, command=f"splitsource copy --engine {engine.name}"):
             locked = True
             if overwrite:
                 start_over(output, checkpoint, committer)
@@ -307,10 +306,9 @@ def copy(
                 rows_before = committed_rows(committer)
                 run = CopyRun(source, read_options, sink_raw, committer, checkpoint, claimed.token,
                               progress.update if progress is not None else None, rows_before)
-                settings = {"workers": workers} if engine == "local" else {"master": master, "spark": spark}
                 result = finished_before(checkpoint, claimed.token, committer) if resumed else None
                 if result is None:  # a finished copy's re-run starts no engine (no JVM): it has nothing to do
-                    result = _engine(engine).run_copy(run, **settings)
+                    result = engine.run(run)
                     mark_finished(checkpoint, claimed.token, committer, result)
                 splits, total, batches, stats = result.taken, result.total, result.batches, result.stats
             except BaseException:
@@ -320,8 +318,6 @@ def copy(
     finally:
         if failed and locked:  # a copy refused by another's lock must not touch what that copy is making
             _remove_if_empty(made)
-        if own_session is not None:
-            _engine("spark").stop_session(own_session)
 
     fs, _ = resolve_filesystem(output)
     total_rows = committed_rows(committer)

@@ -15,16 +15,17 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from typing import IO, Any
+from dataclasses import replace
+from typing import IO
 
-from splitsource._errors import LocalCopyFailed
+from splitsource._errors import LocalCopyFailed, OptionsError
 from splitsource._fs import is_uri, resolve_filesystem
 from splitsource._planning import concurrent_readers
 from splitsource.copyjob._coordinator import Batch, run_batches
 from splitsource.copyjob._job import failure
-from splitsource.copyjob._protocol import CopyRun, EngineResult, copy_writer_id
+from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome, copy_writer_id
 
-__all__ = ["LOCAL_DIR", "run_copy"]
+__all__ = ["LOCAL_DIR", "LocalEngine"]
 
 LOCAL_DIR = "local"  # in the checkpoint: offsets/<batch>, workers.log
 # One writer per core on one machine: each worker's default sink budget (the sink's own default, 128 MiB, is sized
@@ -48,7 +49,7 @@ class _Workers:
             for _ in range(count)
         ]
 
-    def run(self, batch: Batch, progress: Callable[[int, int], None]) -> list[dict[str, Any]]:
+    def run(self, batch: Batch, progress: Callable[[int, int], None]) -> list[TaskOutcome]:
         """Run one batch: every worker takes the batch's task and asks for splits until none is left (so the work
         balances itself); ``progress(splits finished, rows written)`` after each request. Returns each worker's
         result."""
@@ -56,19 +57,19 @@ class _Workers:
 
         # every worker asks for the batch's splits: as many read at once as there are splits, up to the pool
         readers = concurrent_readers(batch.framework, len(batch.splits), len(self._procs))
-        task = {**batch.task, "readers": readers}
+        task = replace(batch.task, readers=readers)
         lock = threading.Lock()
         remaining = [batch.encoded[s.split_id] for s in reversed(batch.splits)]
         rows = [0] * len(self._procs)
         holding = [0] * len(self._procs)  # splits handed to each worker and not known to be finished
         handed = [0]
 
-        def one(index: int) -> dict[str, Any]:
+        def one(index: int) -> TaskOutcome:
             proc = self._procs[index]
             assert proc.stdin is not None and proc.stdout is not None
             current = -1
             try:
-                write_frame(proc.stdin, {**task, "index": index})
+                write_frame(proc.stdin, replace(task, index=index))
                 while (message := read_frame(proc.stdout)) is not None and "next" in message:
                     with lock:
                         split = remaining.pop() if remaining else None
@@ -86,7 +87,8 @@ class _Workers:
                                       + (f" while reading split {current} of the batch" if current > 0 else ""))
             if "error" in message:
                 raise LocalCopyFailed(message["error"], detail=message.get("detail", ""))
-            return dict(message["ok"])
+            outcome: TaskOutcome = message["ok"]
+            return outcome
 
         with ThreadPoolExecutor(max_workers=len(self._procs)) as executor:
             futures = [executor.submit(one, i) for i in range(len(self._procs))]
@@ -128,8 +130,31 @@ class _Workers:
                 proc.stdout.close()
 
 
-def run_copy(run: CopyRun, *, workers: int = 0) -> EngineResult:
-    """The copy job's entry to this engine (see :class:`~splitsource.copyjob._protocol.CopyRun`)."""
+class LocalEngine:
+    """The local engine (see :class:`~splitsource.copyjob._protocol.Engine`): ``workers`` processes on this
+    machine (0: one per core), no JVM; its tasks write where this process reads, so storage needs no check."""
+
+    name = LOCAL_DIR
+
+    def __init__(self, workers: int = 0) -> None:
+        if not 0 <= workers <= MAX_WORKERS:
+            raise OptionsError(f"option 'workers': {workers} is not from 0 (one per core) to {MAX_WORKERS}")
+        self.workers = workers
+
+    def check_storage(self, places: list[tuple[str, str]]) -> None:
+        pass
+
+    def run(self, run: CopyRun) -> EngineResult:
+        return _run_copy(run, self.workers)
+
+    def close(self) -> None:
+        pass
+
+
+MAX_WORKERS = 256  # local engine processes: more than any machine this runs on has cores for
+
+
+def _run_copy(run: CopyRun, workers: int) -> EngineResult:
     workers = workers or os.cpu_count() or 1
     fs, base = resolve_filesystem(run.checkpoint)
     fs.make_dirs(f"{base}/{LOCAL_DIR}")

@@ -7,13 +7,14 @@ Per batch ``n`` of a copy whose query id is ``q``:
    estimated size), and write the offset after them (:func:`splitsource._offsets.next_offset`) *before* any split
    is read: a write-ahead log, so a replay reads exactly the same splits;
 2. **write**: reader tasks read the batch's splits and write their rows into pending part files
-   (:func:`copy_task`); a task's result is its pending files (the committables);
+   (:func:`run_task`, the one place for both engines); a task's result is a :class:`TaskOutcome`: its pending
+   files (the committables), rows and report;
 3. **commit**: the committables of every task are committed once as stream batch ``n`` of query ``q``
    (:meth:`~splitsource.sink.BucketingGlobalCommitter.commit_batch`); a replay of a batch already committed is
    discarded, and what is still transient is swept.
 
 Who runs it: the coordinator (:func:`splitsource.copyjob._coordinator.run_batches`, in the copy's own process) plans
-and commits for both engines; the engines differ only in who runs step 2 (their task pool):
+and commits for both engines; an :class:`Engine` differs only in who runs step 2 (its task pool):
 
 =========  ===================================================  ==========================================
 step       Spark engine (:mod:`splitsource.spark._copy`)        local engine (:mod:`splitsource.copyjob._local`)
@@ -30,22 +31,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from splitsource._api import Source, Split
+from splitsource._planning import TaskEnvironment
 from splitsource.runtime._read import read_splits
 from splitsource.runtime._source_reader import MAX_EVENTS, ReaderMetrics
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PendingFile
-from splitsource.sink._options import BucketingSinkOptions
+from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 from splitsource.sink._writer import write_files
 
-__all__ = ["CopyRun", "EngineResult", "ProgressFn", "ReadStats", "TaskResult", "copy_task", "copy_writer_id",
-           "task_report"]
+__all__ = ["AskSplit", "CopyRun", "Engine", "EngineResult", "ProgressFn", "ReadStats", "TaskOutcome", "TaskReport",
+           "TaskSpec", "copy_task", "copy_writer_id", "run_task"]
 
 ProgressFn = Callable[[int, int, int], None]  # (splits done, estimated total splits or -1, rows this run)
+# a read task's request for its next split: the rows it has written so far in, the split's versioned bytes out (None:
+# no split left); asking again says every split handed out before is finished
+AskSplit = Callable[[int], "bytes | None"]
 
 
 def copy_writer_id(token: str) -> str:
@@ -56,10 +61,7 @@ def copy_writer_id(token: str) -> str:
 
 @dataclass(frozen=True)
 class CopyRun:
-    """What the copy job hands an engine once it owns the output: everything but who runs the tasks.
-
-    An engine is a module with ``run_copy(run: CopyRun, **settings) -> EngineResult`` (``splitsource.copyjob._local``,
-    ``splitsource.spark._copy``); it runs the protocol above until the source is done or the run fails."""
+    """What the copy job hands an engine once it owns the output: everything but who runs the tasks."""
 
     source: Source[Any, Any, Any, Any]
     read_options: Mapping[str, str]  # the connector's options and the framework's
@@ -71,30 +73,62 @@ class CopyRun:
     rows_before: int  # rows committed by earlier runs of the copy
 
 
+@dataclass(frozen=True)
+class TaskSpec:
+    """What every read task of a batch runs with (pickled to the local engine's workers and Spark's executors)."""
+
+    options: Mapping[str, str]  # the connector's options and the framework's
+    sink: Mapping[str, str]  # the bucketing sink's options
+    environment: TaskEnvironment  # the planner's interpreter and release: a task on another refuses plainly
+    writer: str = ""  # the copy's id in its part files' names
+    readers: int = 1  # the copy's tasks that read at once, sharing its read rate limit
+    index: int = 0  # this task's number in the batch (its part files' partition)
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What a task's readers met: added up by :class:`ReadStats` for the summary."""
+
+    retries: int = 0  # transient errors resumed from the split state
+    throttled_s: float = 0.0  # seconds readers slept to keep to the read rate limit
+    split_rows: Mapping[str, int] = field(default_factory=dict)  # rows per split id
+    events: Mapping[str, int] = field(default_factory=dict)  # the readers' ReadEvents by kind
+    event_details: tuple[str, ...] = ()  # the first MAX_EVENTS of them, one line each
+
+    @classmethod
+    def of(cls, metrics: ReaderMetrics) -> TaskReport:
+        return cls(metrics.retries, metrics.throttled_s, dict(metrics.split_rows), dict(metrics.event_counts),
+                   tuple(str(e) for e in metrics.events))
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What one read task hands to the commit (step 2's result, from the task to the coordinator): its pending
+    files (the committables), its rows and splits, and its report."""
+
+    files: tuple[PendingFile, ...]
+    rows: int
+    splits: int
+    report: TaskReport = field(default_factory=TaskReport)
+
+
 @dataclass
 class ReadStats:
     """What the read tasks of committed batches met, added up: for the summary."""
 
-    retries: int = 0  # transient errors resumed from the split state
-    throttled_s: float = 0.0  # seconds readers slept to keep to the read rate limit
-    split_rows: dict[str, int] = field(default_factory=dict)  # rows per split id
-    events: dict[str, int] = field(default_factory=dict)  # the readers' ReadEvents by kind
-    event_details: list[str] = field(default_factory=list)  # the first MAX_EVENTS of them, one line each
+    retries: int = 0
+    throttled_s: float = 0.0
+    split_rows: dict[str, int] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)
+    event_details: list[str] = field(default_factory=list)
 
-    def add(self, report: Mapping[str, Any]) -> None:
-        """Add one task's report (:func:`task_report`)."""
-        self.retries += int(report["retries"])
-        self.throttled_s += float(report["throttled_s"])
-        self.split_rows.update({str(k): int(v) for k, v in report["split_rows"].items()})  # a replay: its last read
-        for kind, count in report["events"].items():
-            self.events[str(kind)] = self.events.get(str(kind), 0) + int(count)
-        self.event_details.extend(str(d) for d in report["event_details"][:MAX_EVENTS - len(self.event_details)])
-
-
-def task_report(metrics: ReaderMetrics) -> dict[str, Any]:
-    """A task's reader metrics as plain JSON-able data, for the engine that adds them up (:class:`ReadStats`)."""
-    return {"retries": metrics.retries, "throttled_s": metrics.throttled_s, "split_rows": dict(metrics.split_rows),
-            "events": dict(metrics.event_counts), "event_details": [str(e) for e in metrics.events]}
+    def add(self, report: TaskReport) -> None:
+        self.retries += report.retries
+        self.throttled_s += report.throttled_s
+        self.split_rows.update(report.split_rows)  # a replay: its last read
+        for kind, count in report.events.items():
+            self.events[kind] = self.events.get(kind, 0) + count
+        self.event_details.extend(report.event_details[:MAX_EVENTS - len(self.event_details)])
 
 
 @dataclass(frozen=True)
@@ -105,25 +139,57 @@ class EngineResult:
     stats: ReadStats = field(default_factory=ReadStats)  # of the batches this run committed
 
 
-@dataclass(frozen=True)
-class TaskResult:
-    """What one copy task hands to the commit: its pending files, and what it read."""
+class Engine(Protocol):
+    """Who runs a copy's read tasks: :class:`~splitsource.copyjob._local.LocalEngine` (worker processes on this
+    machine) or :class:`~splitsource.spark._copy.SparkEngine` (Spark's executors). ``copy()`` is handed one (or
+    names one), checks storage with it before it claims anything, runs the protocol with it, and closes it."""
 
-    files: tuple[PendingFile, ...]
-    rows: int
-    splits: int
-    metrics: ReaderMetrics = field(default_factory=ReaderMetrics)
+    name: str  # its directory in the checkpoint and the prefix of the copy's query id; a checkpoint keeps to one
+
+    def check_storage(self, places: list[tuple[str, str]]) -> None:
+        """Refuse (:class:`~splitsource.OptionsError`) places (``(what, location)``) the tasks cannot share with
+        the coordinator: on a cluster, where an executor's writes would not be seen here."""
+
+    def run(self, run: CopyRun) -> EngineResult:
+        """Run the batch protocol above until the source is done or the run fails."""
+
+    def close(self) -> None:
+        """Stop what the engine started (a Spark session of its own)."""
+
+
+def run_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
+    """Step 2 of the protocol, the one place both engines' tasks run: read the splits ``ask`` hands out (in their
+    versioned bytes) and write their rows into pending part files."""
+    from serializers import read_envelope
+    from splitsource._planning import build_source
+
+    spec.environment.check()
+    _, source = build_source(spec.options)
+    serializer = source.split_serializer()
+    rows = [0]
+
+    def next_split() -> Split | None:
+        data = ask(rows[0])
+        if data is None:
+            return None
+        split: Split = read_envelope(serializer, data)
+        return split
+
+    def on_progress(splits: int, count: int, final: bool, metrics: ReaderMetrics) -> None:
+        rows[0] = count  # reported with the next request for a split
+
+    return copy_task(spec.options, parse_sink_options(spec.sink), next_split, spec.index, f"task-{spec.index}",
+                     on_progress, readers=spec.readers, writer_id=spec.writer)
 
 
 def copy_task(options: Mapping[str, str], sink: BucketingSinkOptions, next_split: Callable[[], Split | None],
               index: int, name: str, on_progress: Callable[[int, int, bool, ReaderMetrics], None] | None = None,
-              *, readers: int = 1, writer_id: str = "") -> TaskResult:
-    """Step 2: read the splits ``next_split`` hands out (None: no more) and write their rows, in the source's own
-    Arrow schema, into pending files of task ``index``. ``on_progress(splits finished, rows read, final, metrics)``
-    after
+              *, readers: int = 1, writer_id: str = "") -> TaskOutcome:
+    """Read the splits ``next_split`` hands out (None: no more) and write their rows, in the source's own Arrow
+    schema, into pending files of task ``index``. ``on_progress(splits finished, rows read, final, metrics)`` after
     each batch and once at the end; ``readers``: the copy's tasks that run at once, sharing its read rate limit.
-    On any failure the task's in-progress files are removed and the error
-    propagates: nothing of it is committed."""
+    On any failure the task's in-progress files are removed and the error propagates: nothing of it is
+    committed."""
     splits = 0
     rows = 0
     metrics = ReaderMetrics()
@@ -145,4 +211,4 @@ def copy_task(options: Mapping[str, str], sink: BucketingSinkOptions, next_split
     files = tuple(write_files(sink, batches(), index, writer_id))
     if on_progress is not None:
         on_progress(splits, rows, True, metrics)
-    return TaskResult(files, sum(f.rows for f in files), splits, metrics)
+    return TaskOutcome(files, sum(f.rows for f in files), splits, TaskReport.of(metrics))

@@ -3,10 +3,11 @@
 Started by :mod:`splitsource.copyjob._local` as ``python -m splitsource.copyjob._worker``. Frames on stdin and stdout
 are pickled (8-byte length, then the payload); anything a task prints goes to stderr. Per batch:
 
-- the coordinator sends a task (options, sink, worker index);
-- the worker asks for splits one at a time, as a FLIP-27 reader does (``{"next": True, "rows": rows written so
-  far}``, answered ``{"split": bytes or None}``) and writes their rows into its part files;
-- after the answer None it closes its files as pending files and answers the task (``{"ok": ...}`` or
+- the coordinator sends a :class:`~splitsource.copyjob._protocol.TaskSpec`;
+- the worker runs :func:`~splitsource.copyjob._protocol.run_task`, which asks for splits one at a time, as a
+  FLIP-27 reader does (``{"next": True, "rows": rows written so far}``, answered ``{"split": bytes or None}``),
+  and writes their rows into its part files;
+- after the answer None it closes its files as pending files and answers the task (``{"ok": TaskOutcome}`` or
   ``{"error": ...}``).
 
 It ends at end of input, and (on Linux) when its parent dies, so a killed copy leaves no worker behind.
@@ -19,10 +20,9 @@ import pickle
 import struct
 import sys
 import traceback
-from collections.abc import Callable
 from typing import IO, Any
 
-__all__ = ["read_frame", "run_task", "write_frame"]
+__all__ = ["read_frame", "write_frame"]
 
 _LENGTH = struct.Struct(">Q")
 
@@ -45,38 +45,6 @@ def read_frame(stream: IO[bytes]) -> Any:
     return pickle.loads(data)
 
 
-def run_task(task: dict[str, Any], ask: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-    """Step 2 of the batch protocol: read the splits the coordinator hands out (``ask``) and write their rows."""
-    from serializers import read_envelope, write_envelope
-    from splitsource._api import Split
-    from splitsource._planning import build_source
-    from splitsource.copyjob._protocol import copy_task, task_report
-    from splitsource.sink._files import PENDING_FILE_SERIALIZER
-    from splitsource.sink._options import parse_sink_options
-
-    options = task["options"]
-    task["environment"].check()
-    _, source = build_source(options)
-    serializer = source.split_serializer()
-    rows = [0]
-
-    def next_split() -> Split | None:
-        data = ask({"next": True, "rows": rows[0]}).get("split")
-        if data is None:
-            return None
-        split: Split = read_envelope(serializer, data)
-        return split
-
-    def on_progress(splits: int, count: int, final: bool, metrics: object) -> None:
-        rows[0] = count  # reported with the next request for a split
-
-    result = copy_task(options, parse_sink_options(task["sink"]), next_split, task["index"],
-                       f"worker-{task['index']}", on_progress, readers=task.get("readers", 1),
-                       writer_id=task.get("writer", ""))
-    return {"files": [write_envelope(PENDING_FILE_SERIALIZER, f) for f in result.files],
-            "rows": result.rows, "splits": result.splits, "report": task_report(result.metrics)}
-
-
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its parent dies (best effort; other systems rely on end of input)."""
     if not sys.platform.startswith("linux"):
@@ -97,19 +65,20 @@ def _die_with_parent() -> None:
 def main() -> int:
     _die_with_parent()
     # imported now, while the coordinator plans the first batch, not when its first task arrives
-    import splitsource.copyjob._protocol  # noqa: F401
+    from splitsource.copyjob._protocol import run_task
 
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints of connectors must not corrupt the frames
     sys.stdout = sys.stderr
     tasks = sys.stdin.buffer
 
-    def ask(request: dict[str, Any]) -> dict[str, Any]:
-        write_frame(answers, request)
+    def ask(rows: int) -> bytes | None:
+        write_frame(answers, {"next": True, "rows": rows})
         reply = read_frame(tasks)
         if reply is None:
             raise SystemExit(0)  # the coordinator is gone
-        return dict(reply)
+        split: bytes | None = reply["split"]
+        return split
 
     while (task := read_frame(tasks)) is not None:
         try:

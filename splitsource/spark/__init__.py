@@ -3,7 +3,7 @@
 - ``format("splitsource")`` (:class:`SplitSourceDataSource`): batch and streaming reads of any connector;
 - ``format("bucketing")`` (:class:`BucketingDataSource`): the exactly-once bucketing sink for ``df.write`` and
   ``writeStream``;
-- the Spark engine of the copy job (``splitsource.spark._copy``);
+- the Spark engine of the copy job (:class:`SparkEngine`, ``splitsource.spark._copy``);
 - :func:`register`: both formats on a session (Spark also finds them by itself through the ``pyspark_splitsource``
   and ``pyspark_bucketing`` modules).
 """
@@ -17,7 +17,15 @@ from splitsource._errors import ExecutorEnvironmentError
 from splitsource.spark._sink import BucketingDataSource
 from splitsource.spark._source import SplitSourceDataSource
 
-__all__ = ["BucketingDataSource", "SplitSourceDataSource", "register"]
+__all__ = ["BucketingDataSource", "SparkEngine", "SplitSourceDataSource", "register"]
+
+
+def __getattr__(name: str) -> object:  # SparkEngine, imported when asked for: registering the formats needs none of it
+    if name == "SparkEngine":
+        from splitsource.spark._copy import SparkEngine
+
+        return SparkEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(spark: object) -> None:

@@ -4,7 +4,7 @@ the copy's own process, offsets in ``<checkpoint>/spark/offsets/``) with Spark r
 - **plan**: the coordinator takes the batch's splits and logs the offset after them, before any split is read;
 - **write**: one Spark job per batch, one task per packed group of splits (``pack_for``: about
   ``partition_size_mb`` each, at least ``min_partitions``); each task runs
-  :func:`~splitsource.copyjob._worker.run_task` on its splits and hands back its committables (the pending files
+  :func:`~splitsource.copyjob._protocol.run_task` on its splits and hands back its committables (the pending files
   it wrote, its rows, its reader report), so the rows never cross into the JVM and back;
 - **commit**: the coordinator commits the batch once (:meth:`~splitsource.sink.BucketingGlobalCommitter.commit_batch`).
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 import threading
@@ -28,6 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +39,11 @@ from splitsource._offsets import START_OVER
 from splitsource._planning import concurrent_readers, pack_for
 from splitsource.copyjob._coordinator import Batch, OffsetLookup, parse_offset, run_batches
 from splitsource.copyjob._job import failure, root_cause
-from splitsource.copyjob._protocol import CopyRun, EngineResult, copy_writer_id
+from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome, TaskSpec, copy_writer_id
 from splitsource.copyjob._signals import deferred
 from splitsource.spark import _jvm
 
-__all__ = ["SPARK_DIR", "SparkTasks", "TaskProgress", "run_copy", "start_session", "stop_session"]
+__all__ = ["SPARK_DIR", "SparkEngine", "SparkTasks", "TaskProgress", "start_session", "stop_session"]
 
 SPARK_DIR = "spark"  # in the checkpoint: offsets/<batch>, progress/
 PROGRESS_DIR = "progress"  # in the engine's directory: <batch>-<task>.json, one per running read task
@@ -92,26 +94,26 @@ def reported(directory: str, batch: int) -> tuple[int, int]:
     return splits, rows
 
 
-def read_task(task: dict[str, Any], progress_dir: str, batch_id: int
-              ) -> Callable[[int, Iterable[list[bytes]]], Iterator[dict[str, Any]]]:
+def read_task(task: TaskSpec, progress_dir: str, batch_id: int
+              ) -> Callable[[int, Iterable[list[bytes]]], Iterator[TaskOutcome]]:
     """The function of a batch's Spark tasks: task ``index`` reads the splits of its partition (one group of
-    versioned splits) and writes their rows (:func:`~splitsource.copyjob._worker.run_task`), reporting its progress
-    into ``progress_dir``; it yields its committables."""
+    versioned splits) and writes their rows (:func:`~splitsource.copyjob._protocol.run_task`), reporting its
+    progress into ``progress_dir``; it yields its outcome."""
 
-    def run(index: int, partition: Iterable[list[bytes]]) -> Iterator[dict[str, Any]]:
-        from splitsource.copyjob._worker import run_task
+    def run(index: int, partition: Iterable[list[bytes]]) -> Iterator[TaskOutcome]:
+        from splitsource.copyjob._protocol import run_task
 
         remaining = [split for group in partition for split in reversed(group)]
         report = TaskProgress(progress_dir, batch_id, index)
         asked = [0]
 
-        def ask(request: dict[str, Any]) -> dict[str, Any]:
-            report(asked[0], int(request["rows"]))  # asking again: every split handed out before is finished
+        def ask(rows: int) -> bytes | None:
+            report(asked[0], rows)  # asking again: every split handed out before is finished
             asked[0] += 1
-            return {"split": remaining.pop() if remaining else None}
+            return remaining.pop() if remaining else None
 
-        result = run_task({**task, "index": index}, ask)
-        report(int(result["splits"]), int(result["rows"]), final=True)
+        result = run_task(replace(task, index=index), ask)
+        report(result.splits, result.rows, final=True)
         yield result
 
     return run
@@ -145,15 +147,15 @@ class SparkTasks:
         if self._after_start is not None:
             self._after_start()
 
-    def run(self, batch: Batch, progress: Callable[[int, int], None]) -> list[dict[str, Any]]:
+    def run(self, batch: Batch, progress: Callable[[int, int], None]) -> list[TaskOutcome]:
         with deferred():  # SIGTERM must not break a py4j call (the session's start, a question to the JVM)
             sc = self._session.result().sparkContext
             slots = sc.defaultParallelism
         groups = pack_for(batch.framework, batch.splits)
         # the read rate limit is shared by the tasks that run at once: at most one per core of the cluster
-        task = {**batch.task, "readers": concurrent_readers(batch.framework, len(groups), slots)}
+        task = replace(batch.task, readers=concurrent_readers(batch.framework, len(groups), slots))
         group_id = f"splitsource-copy-{uuid.uuid4().hex[:12]}"
-        job: Future[list[dict[str, Any]]] = Future()
+        job: Future[list[TaskOutcome]] = Future()
         cancelled = threading.Event()
 
         def collect() -> None:
@@ -204,7 +206,50 @@ class SparkTasks:
             stop_session(spark)
 
 
-def run_copy(run: CopyRun, *, master: str = "local[2]", spark: Any = None) -> EngineResult:
+class SparkEngine:
+    """The Spark engine (see :class:`~splitsource.copyjob._protocol.Engine`): the read tasks of each batch are one
+    Spark job on ``spark``, or on a session of its own on ``master`` (started when first needed, stopped by
+    :meth:`close`). Making one starts nothing."""
+
+    name = SPARK_DIR
+
+    def __init__(self, master: str = "local[2]", spark: Any = None) -> None:
+        if spark is None and not MASTER_URL.fullmatch(master):
+            raise OptionsError(f"option 'master': {master!r} is not a Spark master URL: use local[N], "
+                               "spark://HOST:PORT, k8s://HOST:PORT or yarn")
+        self.master = master
+        self._spark = spark
+        self._own: Any = None  # the session this engine started, if any
+
+    @property
+    def on_cluster(self) -> bool:
+        master = self._spark.sparkContext.master if self._spark is not None else self.master
+        return not str(master).startswith("local")
+
+    def check_storage(self, places: list[tuple[str, str]]) -> None:
+        """On a cluster, the executors must see what this process sees (:func:`check_shared_storage`); the
+        session this starts is the copy's."""
+        if not self.on_cluster:
+            return
+        if self._spark is None:
+            self._spark = self._own = start_session(self.master)
+        check_shared_storage(self._spark, places)
+
+    def run(self, run: CopyRun) -> EngineResult:
+        return _run_copy(run, self.master, self._spark)
+
+    def close(self) -> None:
+        if self._own is not None:
+            with deferred():
+                stop_session(self._own)
+            self._own = self._spark = None
+
+
+# the master URLs Spark takes
+MASTER_URL = re.compile(r"local(\[[0-9*]+(,[0-9]+)?\])?|local-cluster\[[0-9, ]+\]|(spark|k8s)://\S+|yarn")
+
+
+def _run_copy(run: CopyRun, master: str, spark: Any) -> EngineResult:
     """Run the copy with Spark's tasks on ``spark`` (or a session of its own on ``master``, stopped after)."""
     earlier = _earlier_offsets(run.checkpoint)
     query_id = streaming_query_id(run.checkpoint) if earlier is not None else f"spark-{run.token}"
@@ -289,7 +334,7 @@ def start_session(master: str) -> Any:
     try:
         return _start_session(SparkSession, master, java_options)
     except Exception as exc:  # a bad master URL, no Java: one line, not the gateway's stack
-        raise OptionsError(f"--master {master}: Spark cannot start: {root_cause(exc)}") from None
+        raise OptionsError(f"option 'master': {master}: Spark cannot start: {root_cause(exc)}") from None
 
 
 def stop_session(spark: Any) -> None:

@@ -43,39 +43,52 @@ class InlineTasks:
     """A task pool (see ``splitsource.copyjob._coordinator.TaskPool``) running a batch's read tasks here, two per
     batch, each on half of its splits."""
 
-    def run(self, batch: Any, progress: Callable[[int, int], None]) -> list[dict[str, Any]]:
-        from splitsource.copyjob._worker import run_task
+    def run(self, batch: Any, progress: Callable[[int, int], None]) -> list[Any]:
+        from dataclasses import replace
+
+        from splitsource.copyjob._protocol import run_task
 
         encoded = [batch.encoded[s.split_id] for s in batch.splits]
         results = []
         for index in range(2):
             mine = list(reversed(encoded[index::2]))
 
-            def ask(request: dict[str, Any], mine: list[bytes] = mine) -> dict[str, Any]:
-                return {"split": mine.pop() if mine else None}
+            def ask(rows: int, mine: list[bytes] = mine) -> bytes | None:
+                return mine.pop() if mine else None
 
-            results.append(run_task({**batch.task, "index": index, "readers": 1}, ask))
+            results.append(run_task(replace(batch.task, index=index, readers=1), ask))
         return results
 
     def close(self) -> None:
         pass
 
 
-def run_copy(run: Any, **settings: Any) -> Any:
-    """The engine entry (``ENGINES``): the coordinator with the Spark engine's protocol when given a master, the
-    local engine's otherwise."""
-    from splitsource.copyjob._coordinator import run_batches
-    from splitsource.copyjob._protocol import copy_writer_id
+class InlineEngine:
+    """An engine (``splitsource.copyjob._protocol.Engine``) whose tasks run in this process: the coordinator with
+    the Spark engine's directory and query id when given a master, the local engine's otherwise."""
 
-    directory = "spark" if "master" in settings else "local"
-    return run_batches(run.read_options, run.sink_raw, run.committer, run.checkpoint, InlineTasks(), run.progress,
-                       query_id=f"{directory}-{run.token}", directory=directory, writer_id=copy_writer_id(run.token))
+    def __init__(self, master: str = "", spark: Any = None, workers: int = 0) -> None:
+        self.name = "spark" if master else "local"
+
+    def check_storage(self, places: list[tuple[str, str]]) -> None:
+        pass
+
+    def run(self, run: Any) -> Any:
+        from splitsource.copyjob._coordinator import run_batches
+        from splitsource.copyjob._protocol import copy_writer_id
+
+        return run_batches(run.read_options, run.sink_raw, run.committer, run.checkpoint, InlineTasks(),
+                           run.progress, query_id=f"{self.name}-{run.token}", directory=self.name,
+                           writer_id=copy_writer_id(run.token))
+
+    def close(self) -> None:
+        pass
 
 
 def copy_once(root: Path, engine: str, overwrite: bool = False) -> Any:
     from splitsource.copyjob import _job
 
-    _job.ENGINES = {"spark": __name__, "local": __name__}
+    _job.ENGINES = {"spark": f"{__name__}:InlineEngine", "local": f"{__name__}:InlineEngine"}
     return _job.copy("generator", GEN_OPTIONS, str(root / "out"), format="parquet", bucketer="columns",
                      sink_options={"bucket_columns": "flag"}, engine=engine, max_splits_per_batch=BATCH_SPLITS,
                      overwrite=overwrite)

@@ -183,14 +183,16 @@ def test_a_finished_copy_rerun_starts_no_engine_until_the_output_changes(tmp_pat
     options = {"rows": "3000", "split_rows": "1000"}
     first = _job.copy("generator", options, out, engine="local", workers=1)
     assert first.rows == 3000 and first.splits == 3
+    from splitsource.copyjob._local import LocalEngine
+
     started: list[str] = []
-    real_engine = _job._engine
+    real_run = LocalEngine.run
 
-    def engine(name: str) -> object:
-        started.append(name)
-        return real_engine(name)
+    def run(self: LocalEngine, run: object) -> object:
+        started.append(self.name)
+        return real_run(self, run)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_job, "_engine", engine)
+    monkeypatch.setattr(LocalEngine, "run", run)
     again = _job.copy("generator", options, out, engine="local", workers=1)
     assert started == [], "a finished copy's re-run must not start an engine (for Spark: a JVM)"
     assert (again.rows, again.total_rows, again.splits, again.batches) == (0, 3000, 3, 0)
@@ -240,3 +242,28 @@ def test_root_cause_is_the_line_a_user_needs() -> None:
              "    self._writer.write_batch(batch)\npyarrow.lib.ArrowInvalid: Invalid UTF8 payload\n SQLSTATE: 38000"
     assert root_cause(Exception(worker)) == "ArrowInvalid: Invalid UTF8 payload"
     assert root_cause(Exception("[CANNOT_OPEN] cannot open /x\n\tat org.apache.Foo")) == "[CANNOT_OPEN] cannot open /x"
+
+
+def test_copy_is_handed_an_engine_object_and_closes_it(tmp_path: Path) -> None:
+    """An engine is an object with one small interface (name, check_storage, run, close): copy() runs the one it
+    is handed, as it runs the one it names, and closes it at the end, failed or not."""
+    from splitsource import SplitSourceError
+    from splitsource.copyjob import Engine, LocalEngine, copy
+
+    calls: list[str] = []
+
+    class Watched(LocalEngine):
+        def check_storage(self, places: list[tuple[str, str]]) -> None:
+            calls.append("check " + ",".join(what.split()[0] for what, _ in places))
+
+        def close(self) -> None:
+            calls.append("close")
+
+    engine: Engine = Watched(workers=1)
+    summary = copy("generator", {"rows": "2000", "split_rows": "500"}, str(tmp_path / "out"), engine=engine)
+    assert (summary.rows, summary.splits) == (2000, 4) and calls == ["check output,checkpoint", "close"]
+    calls.clear()
+    with pytest.raises(SplitSourceError):
+        copy("generator", {"rows": "10", "fail_at_row": "5", "fail_kind": "fatal"}, str(tmp_path / "other"),
+             engine=engine)
+    assert calls == ["check output,checkpoint", "close"]

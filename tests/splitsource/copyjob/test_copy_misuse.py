@@ -157,7 +157,8 @@ def test_ordinary_mistakes_are_one_line(tmp_path: Path, case: str) -> None:
         one_line(run(["copy", "--connector", "cassandra", "-o", "hosts=no-such-host.invalid", "-o", "keyspace=k",
                       "-o", "table=t", "--output", str(out)]), 2, "option 'hosts'", "no-such-host.invalid")
     elif case == "bogus-master":
-        one_line(run(["copy", *GEN, "--output", str(out), "--master", "bogus://x"]), 2, "--master 'bogus://x'")
+        one_line(run(["copy", *GEN, "--output", str(out), "--master", "bogus://x"]), 2,
+                 "--master: 'bogus://x' is not a Spark master URL")
     elif case == "abbreviated-flag":
         result = run(["copy", *GEN, "--out", str(out)])
         assert result.returncode == 2 and "--output" in result.stderr and "Traceback" not in result.stderr

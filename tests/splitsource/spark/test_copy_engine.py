@@ -119,10 +119,11 @@ def test_a_read_task_reports_each_split_finished_as_it_asks_for_the_next(tmp_pat
     options = {"connector": "generator", "rows": "3000", "split_rows": "1000", "columns": "id:bigint"}
     _, source = build_source(options)
     encoded = [write_envelope(source.split_serializer(), s) for s in all_splits(source, 1)]
-    task = {"options": options, "sink": {"path": str(tmp_path / "out"), "format": "parquet"},
-            "environment": TaskEnvironment.current()}
+    from splitsource.copyjob._protocol import TaskSpec
+
+    task = TaskSpec(options, {"path": str(tmp_path / "out"), "format": "parquet"}, TaskEnvironment.current())
     (result,) = list(_copy.read_task(task, str(tmp_path), 7)(1, [encoded]))
-    assert (result["rows"], result["splits"], len(result["files"])) == (3000, 3, 1)
+    assert (result.rows, result.splits, len(result.files)) == (3000, 3, 1)
     assert [c[0] for c in calls] == [0, 1, 2, 3, 3], calls  # 4 requests (the last one gets None), then the end
     assert [c[1] for c in calls] == [0, 1000, 2000, 3000, 3000] and calls[-1][2], calls
 
