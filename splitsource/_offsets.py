@@ -57,7 +57,7 @@ PLANS_DIR = "plans"  # in a copy's checkpoint
 INLINE_PLAN_WARNING_BYTES = 64 * 1024
 
 
-START_OVER = "to start over, run the same copy with --overwrite (it deletes what the output holds)"
+START_OVER = "to start over, run the same copy with option 'overwrite' (it deletes what the output holds)"
 
 
 def source_fingerprint(source: Source[Any, Any, Any, Any]) -> str:

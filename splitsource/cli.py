@@ -264,7 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # the library names copy()'s own arguments as options; on the command line they are flags
-_FLAGS = {f"option '{name}'": f"--{name}" for name in ("master", "workers", "engine")}
+_FLAGS = {f"option '{name}'": "--" + name.replace("_", "-")
+          for name in ("master", "workers", "engine", "output", "checkpoint", "overwrite", "single_writer")}
 
 
 def _as_flags(message: str) -> str:

@@ -22,7 +22,7 @@ __all__ = ["Claim", "IDENTITY_FILE", "check_paths", "claim", "start_over", "undo
 IDENTITY_FILE = "splitsource-copy.json"
 ERROR_LOG = "splitsource-copy-error.log"
 FINISHED_FILE = "finished.json"  # the copy read its whole source (splitsource.copyjob._job)
-START_OVER = "--overwrite"
+START_OVER = "option 'overwrite'"
 # what the engines' checkpoints hold; offsets and commits: the Spark engine of earlier releases (a streaming query)
 _CHECKPOINT_PROGRESS = ("offsets", "commits", "local", "spark")
 
@@ -37,7 +37,7 @@ class Claim:
 
 def check_paths(output: str, checkpoint: str) -> None:
     """Refuse, before anything is written, an output or checkpoint that is a file or cannot be written."""
-    for flag, path in (("--output", output), ("--checkpoint", checkpoint)):
+    for flag, path in (("option 'output'", output), ("option 'checkpoint'", checkpoint)):
         fs, base = resolve_filesystem(path)
         if fs.is_file(base):
             raise OptionsError(f"{flag} {redact(path)} is a file; give a directory")
@@ -61,7 +61,7 @@ def _read_identity(checkpoint: str) -> tuple[dict[str, Any] | None, bool]:
     if not fs.exists(path):
         if progress:
             raise CheckpointError(f"checkpoint {checkpoint} was not written by splitsource copy (no {IDENTITY_FILE});"
-                                  " use another --checkpoint")
+                                  " use another option 'checkpoint'")
         return None, False
     try:
         found = json.loads(fs.read_text(path))
@@ -90,7 +90,7 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
             raise CheckpointError(
                 f"checkpoint {checkpoint} was made reading {_origin_text(was)}, and this copy reads "
                 f"{_origin_text(now)}: resuming would mix two sources in one output; point the copy at the cluster "
-                "it started from, or use another --checkpoint and --output")
+                "it started from, or use another option 'checkpoint' and option 'output'")
         # a checkpoint written before origins were recorded: the origin is not compared (and stays unrecorded)
         compared = identity if "origin" in found else {k: v for k, v in identity.items() if k != "origin"}
         differ = sorted(k for k in set(found) | set(compared) if k != "token" and found.get(k) != compared.get(k))
@@ -98,26 +98,27 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
             raise CheckpointError(
                 f"checkpoint {checkpoint} belongs to another copy (it differs in: {', '.join(differ)}; it copies "
                 f"{found.get('identity')} to {found.get('output')} as {found.get('format')}); use another "
-                "--checkpoint, or re-run that copy")
+                "option 'checkpoint', or re-run that copy")
     if owner is not None and (found is None or found.get("token") != owner["token"]):
         raise OutputOwnedError(
             f"output {output} belongs to another copy (its checkpoint is {owner.get('checkpoint')}, "
-            f"format {owner.get('format')}, started {owner.get('created')}); resume it with --checkpoint "
-            f"{owner.get('checkpoint')}, write to another --output, or start over with {START_OVER} (deletes what "
-            "the output holds)", path=output)
+            f"format {owner.get('format')}, started {owner.get('created')}); resume it with option 'checkpoint' "
+            f"{owner.get('checkpoint')}, write to another option 'output', or start over with {START_OVER} "
+            "(deletes what the output holds)", path=output)
     if found is not None and owner is not None:
         lost = committer.lost_files()
         if lost:
             raise OutputOwnedError(
                 f"output {output} no longer holds that copy (the {len(lost)} file(s) it committed last are gone, "
                 f"e.g. {committer._relative(lost[0])}: it was deleted or replaced): resuming would skip rows it "
-                f"lacks; start over with {START_OVER}, or use another --output and --checkpoint", path=output)
+                f"lacks; start over with {START_OVER}, or use another option 'output' and option 'checkpoint'",
+                path=output)
         return Claim(str(found["token"]), True, False, False)
     if found is not None and found.get("token") and progress:
         raise OutputOwnedError(
             f"checkpoint {checkpoint} holds the progress of a copy into {output}, but that output no longer holds "
             f"that copy (it was deleted or replaced): resuming would skip rows it lacks; start over with "
-            f"{START_OVER}, or use another --checkpoint", path=checkpoint)
+            f"{START_OVER}, or use another option 'checkpoint'", path=checkpoint)
     if found is not None and not found.get("token") and found.get("engine") == "local":
         raise CheckpointError(f"checkpoint {checkpoint} was written by an earlier release of the local engine; "
                               f"finish that copy with that release, or start over with {START_OVER}")
@@ -125,7 +126,8 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
     if existing and not (found is not None and not found.get("token")):
         raise OutputOwnedError(
             f"output {output} already holds data this copy did not write ({len(existing)} file(s) or commits); "
-            f"write to another --output, or start over with {START_OVER} (deletes what the output holds)", path=output)
+            f"write to another option 'output', or start over with {START_OVER} (deletes what the output holds)",
+            path=output)
     token = str(found.get("token") or new_token()) if found is not None else new_token()
     _write_identity(checkpoint, {**identity, "token": token})
     write_owner(committer, {"token": token, "checkpoint": redact(checkpoint), "format": identity.get("format"),
@@ -155,17 +157,17 @@ def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter
     checkpoint_entries = fs.list(base) if fs.is_dir(base) else []
     foreign = [e.name for e in checkpoint_entries if e.name not in _CHECKPOINT_NAMES and not is_temporary(e.name)]
     if foreign:
-        raise OptionsError(f"--overwrite: checkpoint {redact(checkpoint)} holds files splitsource copy did not write "
-                           f"({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); move them away "
-                           "or use another --checkpoint")
+        raise OptionsError(f"option 'overwrite': checkpoint {redact(checkpoint)} holds files splitsource copy did "
+                           f"not write ({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); "
+                           "move them away or use another option 'checkpoint'")
     ours = _copy_names(committer)
     output_files = [e for e in out_fs.list(out_base, recursive=True) if not e.is_dir]
     strangers = [e.path for e in output_files if not ours(e.path)]
     if strangers:
         shown = ", ".join(committer._relative(p) for p in sorted(strangers)[:3])
-        raise OptionsError(f"--overwrite: output {redact(output)} holds {len(strangers)} file(s) splitsource copy "
-                           f"does not write ({shown}{', ...' if len(strangers) > 3 else ''}); it deletes only a "
-                           "copy's own files: move them away or use another --output")
+        raise OptionsError(f"option 'overwrite': output {redact(output)} holds {len(strangers)} file(s) "
+                           f"splitsource copy does not write ({shown}{', ...' if len(strangers) > 3 else ''}); "
+                           "it deletes only a copy's own files: move them away or use another option 'output'")
     for entry in checkpoint_entries:
         if entry.name == LOCK_FILE:
             continue

@@ -259,8 +259,8 @@ def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], out
           bucketer: str, sink_options: Mapping[str, str] | None, checkpoint: str | None, max_splits_per_batch: int,
           max_rows_per_second: float, max_mb_per_second: float, progress: Progress | None, overwrite: bool,
           single_writer: bool, started: float) -> CopySummary:
-    output = location("--output", output)
-    checkpoint = location("--checkpoint", checkpoint or default_checkpoint(output))
+    output = location("option 'output'", output)
+    checkpoint = location("option 'checkpoint'", checkpoint or default_checkpoint(output))
     framework_raw = {"connector": connector}
     for key, value in (("max_splits_per_batch", max_splits_per_batch), ("max_rows_per_second", max_rows_per_second),
                        ("max_mb_per_second", max_mb_per_second)):

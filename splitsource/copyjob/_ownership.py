@@ -47,10 +47,10 @@ def read_owner(records: BucketingGlobalCommitter) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (ValueError, UnicodeDecodeError):
-        raise CheckpointError(f"{path} is corrupt; the output's owner is unknown: use another --output, or "
-                              "--overwrite to delete what it holds and start over") from None
+        raise CheckpointError(f"{path} is corrupt; the output's owner is unknown: use another option 'output', or "
+                              "option 'overwrite' to delete what it holds and start over") from None
     if not isinstance(found, dict) or "token" not in found:
-        raise CheckpointError(f"{path} is not an owner file splitsource wrote; use another --output")
+        raise CheckpointError(f"{path} is not an owner file splitsource wrote; use another option 'output'")
     return found
 
 
@@ -115,7 +115,7 @@ def check_one_writer(places: list[tuple[str, str]], single_writer: bool) -> None
         if not single_writer:
             raise OptionsError(f"{what}: the store {why}, so two copies started together could both write it; "
                                "run one copy at a time there and say so with option 'single_writer' "
-                               "(--single-writer)")
+                               "(option 'single_writer')")
         print(f"splitsource copy: {what}: the store {why}; relying on single_writer (one copy at a time)",
               file=sys.stderr, flush=True)
 
