@@ -33,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import splitsource.spark._jvm as _jvm
 from splitsource._errors import CheckpointError, OptionsError
 from splitsource._fs import child_uri, resolve_filesystem
 from splitsource._offsets import START_OVER
@@ -41,7 +42,6 @@ from splitsource.copyjob._coordinator import Batch, OffsetLookup, parse_offset, 
 from splitsource.copyjob._job import failure, root_cause
 from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome, TaskSpec, copy_writer_id
 from splitsource.copyjob._signals import deferred
-from splitsource.spark import _jvm
 
 __all__ = ["SPARK_DIR", "SparkEngine", "SparkTasks", "TaskProgress", "start_session", "stop_session"]
 
