@@ -29,12 +29,18 @@ __all__ = ["ConditionalCreate", "MultipartUploads", "Upload", "conditional_creat
            "uploads_for"]
 
 
+def settings_of(fs: Any) -> dict[str, Any]:
+    """What a pyarrow S3FileSystem was made with (endpoint_override, region, scheme, keys...), as it pickles it:
+    both clients below are configured from it, so they reach the store pyarrow reaches."""
+    reduced = fs.__reduce__()[1][0]
+    return reduced if isinstance(reduced, dict) else {}
+
+
 class ConditionalCreate:
     """Creates objects of one S3 file system only where none exists yet (one obstore client per bucket)."""
 
     def __init__(self, fs: Any) -> None:  # a pyarrow S3FileSystem
-        reduced = fs.__reduce__()[1][0]
-        self._settings: dict[str, Any] = reduced if isinstance(reduced, dict) else {}
+        self._settings = settings_of(fs)
         self._stores: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -119,8 +125,7 @@ class MultipartUploads:
     """Lists and aborts the incomplete multipart uploads of one S3 file system's buckets."""
 
     def __init__(self, fs: Any) -> None:  # a pyarrow S3FileSystem
-        reduced = fs.__reduce__()[1][0]
-        s: dict[str, Any] = reduced if isinstance(reduced, dict) else {}
+        s = settings_of(fs)
         env = os.environ
         self.region = s.get("region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
         endpoint = s.get("endpoint_override") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
