@@ -343,15 +343,29 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
         exactly; Spark evaluates the others. The default pushes nothing."""
         return {}, ()
 
-    def reference_rows(self) -> Iterator[tuple[Any, ...]] | None:
-        """Every row of the source, read *without* the split reader and the record emitter, for
-        ``splitsource verify``; None (the default) when the connector has no such path.
+    def reference_rows(self, part: int = 0, parts: int = 1) -> Iterator[tuple[Any, ...]] | None:
+        """The rows of part ``part`` of ``parts`` (the whole source when ``parts`` is 1), read *without* the split
+        reader and the record emitter, for ``splitsource verify``; None (the default) when the connector has no
+        such path.
 
-        Rows are tuples in the order of :meth:`schema`, of *plain* Python values: what
-        ``array.cast(plain_storage(type)).to_pylist()`` yields for the column's Arrow type (integers for
-        timestamps in the type's unit and for dates in days, dicts for structs, lists of ``(key, value)`` pairs for
-        maps). Verify compares them with what it decodes from the output files, so a bug in the emitter's
-        conversion shows as a mismatch instead of being repeated on both sides. Write it from the source's own
-        client values by code of its own, not by calling the emitter.
+        The parts are disjoint and together the whole source, and they are the connector's own division, not its
+        enumerator's splits (a token range each for Cassandra, a run of rows for the generator): verify reads them
+        in parallel, and a bug that loses splits must not hide itself. Rows are tuples in the order of
+        :meth:`schema`, of *plain* Python values: what ``array.cast(plain_storage(type)).to_pylist()`` yields for
+        the column's Arrow type (integers for timestamps in the type's unit and for dates in days, dicts for
+        structs, lists of ``(key, value)`` pairs for maps). Verify compares them with what it decodes from the
+        output files, so a bug in the emitter's conversion shows as a mismatch instead of being repeated on both
+        sides. Write it from the source's own client values by code of its own, not by calling the emitter. (A
+        connector whose ``reference_rows`` takes no arguments is read in one part.)
         """
         return None
+
+    def reference_label(self, part: int, parts: int) -> str:
+        """How verify names part ``part`` of ``parts`` of the reference rows where a row differs (Cassandra: its
+        token range). The default: ``part 2 of 8``."""
+        return f"part {part + 1} of {parts}"
+
+    def key_columns(self) -> Sequence[str]:
+        """The columns whose values identify a row (Cassandra: the primary key), by which verify names the rows
+        that differ on a mismatch. The default: none (a row is named by its first values)."""
+        return ()

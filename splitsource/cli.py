@@ -198,6 +198,9 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--metadata", metavar="DIR", type=_path,
                         help="where the copy kept the output's records, if it was given --sink-option metadata=DIR "
                              "(default: <output>.bucketing)")
+    verify.add_argument("--workers", type=_workers, default=0, metavar="N",
+                        help="processes reading the source and the output at once (default: one per core; 1: all "
+                             "in this process)")
 
     options = sub.add_parser("options", help="list the options of the framework, the sink and a connector",
                              allow_abbrev=False)
@@ -241,7 +244,7 @@ def _verify(args: argparse.Namespace) -> int:
     from splitsource.copyjob._verify import verify
 
     _, source = build_source({**_pairs(args.option, "-o"), "connector": args.connector})
-    result = verify(source, args.output, args.checkpoint, metadata=args.metadata or "")
+    result = verify(source, args.output, args.checkpoint, metadata=args.metadata or "", workers=args.workers)
     print(result.text())
     return EXIT_OK if result.match else EXIT_FAILED
 

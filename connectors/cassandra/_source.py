@@ -50,7 +50,7 @@ from connectors.cassandra._splits import (
     CassandraSplit,
     CassandraSplitState,
 )
-from connectors.cassandra._tokens import PlanEntry
+from connectors.cassandra._tokens import PlanEntry, TokenRange
 from connectors.cassandra._types import arrow_type, column_converter, kind, select_expression
 from serializers import SimpleVersionedSerializer
 from splitsource import EnumeratorState, OptionsError, Predicate, Source, SplitEnumeratorContext
@@ -76,6 +76,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         self._volatile: list[str] = []
         self._kinds: dict[str, str] = {}
         self._cluster_name = ""
+        self._ring_bounds: tuple[int, int] | None = None
 
     def _metadata(self) -> tuple[list[str], list[str], pa.Schema, list[Any]]:
         """(partition key columns in schema order, selectors of the wanted columns, Arrow schema, converters)."""
@@ -286,15 +287,51 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         self._metadata()
         return {"cluster": self._cluster_name, "local_dc": self.options.local_dc}
 
-    def reference_rows(self) -> Iterator[tuple[Any, ...]]:
-        """One plain scan of the table through the driver (see ``connectors.cassandra._reference``)."""
+    def reference_rows(self, part: int = 0, parts: int = 1) -> Iterator[tuple[Any, ...]]:
+        """A plain scan of the table through the driver (see ``connectors.cassandra._reference``); part ``part`` of
+        ``parts`` is a run of the ring's tokens (of ``token_range``'s, when set) of equal width."""
         _, selectors, schema, _ = self._metadata()
         # the plain columns, and WRITETIME()/TTL() as the read path asks for them: the values are the server's
         expressions = [_quote(n) if not s.startswith(("WRITETIME(", "TTL(")) else s
                        for n, s in zip(schema.names, selectors, strict=True)]
         cluster, session = connect(self.options, schema_metadata=False)
         try:
+            if parts > 1:
+                self._ring_bounds = _bounds(cluster)
+            restrictions = self.restrictions() if parts <= 1 else self._part_restrictions(part, parts)
+            if parts > 1 and not restrictions:
+                return  # a part of no width: a token range narrower than the parts
             yield from reference_rows(session, self.options.keyspace, self.options.table, expressions,
-                                      self.options.fetch_size, self.restrictions())
+                                      self.options.fetch_size, restrictions)
         finally:
             cluster.shutdown()
+
+    def _part_ranges(self, part: int, parts: int) -> list[TokenRange]:
+        """Part ``part`` of ``parts`` of the tokens read: the ranges of ``token_intervals`` laid end to end and cut
+        at equal widths, so the parts are disjoint and together every token once."""
+        lo, hi = self._ring_bounds or self._partitioner_bounds()
+        self._ring_bounds = (lo, hi)
+        intervals = self.options.token_intervals(lo, hi)
+        total = sum(r.width for r in intervals)
+        begin, end = total * part // parts, total * (part + 1) // parts
+        ranges, offset = [], 0
+        for r in intervals:
+            low, high = max(begin - offset, 0), min(end - offset, r.width)
+            if low < high:
+                ranges.append(TokenRange(r.start + low, r.start + high))
+            offset += r.width
+        return ranges
+
+    def _part_restrictions(self, part: int, parts: int) -> list[str]:
+        pk = self._metadata()[0]
+        token = f"token({', '.join(_quote(c) for c in pk)})"
+        where = f" AND {self.options.where}" if self.options.where else ""
+        return [f"{token} > {r.start} AND {token} <= {r.end}{where}" for r in self._part_ranges(part, parts)]
+
+    def reference_label(self, part: int, parts: int) -> str:
+        return " and ".join(f"token({r.start},{r.end}]" for r in self._part_ranges(part, parts)) or "no tokens"
+
+    def key_columns(self) -> list[str]:
+        """The primary key: the partition key's columns, then the clustering columns."""
+        pk = self._metadata()[0]
+        return [*pk, *self._clustering]

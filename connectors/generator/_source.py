@@ -374,13 +374,14 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
             "rows_per_split": o.rows_per_split,
         }
 
-    def reference_rows(self) -> Iterator[tuple[Any, ...]]:
+    def reference_rows(self, part: int = 0, parts: int = 1) -> Iterator[tuple[Any, ...]]:
         """The rows again, one at a time in plain Python integers: a second implementation of the formula that
-        :func:`generate_batch` computes with numpy, for ``splitsource verify``."""
+        :func:`generate_batch` computes with numpy, for ``splitsource verify``; part ``part`` of ``parts`` is a run
+        of rows."""
         o = self.options
         salts = [(o.seed * 1_000_003 + position * 0x9E3779B97F4A7C15) & _MASK64 for position in range(len(o.columns))]
         threshold = int(o.null_fraction * 1_000_000)
-        for row in range(o.rows):
+        for row in range(*self._reference_range(part, parts)):
             values: list[Any] = []
             for column, salt in zip(o.columns, salts, strict=True):
                 h = _mix64((row + salt) & _MASK64)
@@ -389,6 +390,14 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
                 else:
                     values.append(_reference_value(column, row, h))
             yield tuple(values)
+
+    def _reference_range(self, part: int, parts: int) -> tuple[int, int]:
+        rows = self.options.rows
+        return rows * part // parts, rows * (part + 1) // parts
+
+    def reference_label(self, part: int, parts: int) -> str:
+        start, end = self._reference_range(part, parts)
+        return f"rows [{start:,}, {end:,})"
 
     def _maybe_fail(self, start: int, end: int, split_id: str) -> int:
         """Cut the batch at ``fail_at_row`` and fail when a fetch starts there, ``fail_times`` times."""

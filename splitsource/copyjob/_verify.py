@@ -1,74 +1,84 @@
 """``splitsource verify``: does the committed output hold exactly the source's rows, value for value?
 
-Both sides are reduced to a row count and an order-independent checksum: the sum, modulo 2**128, of a 128-bit
-BLAKE2b digest of each row's canonical form. The two sides are computed independently of the copy:
+Both sides are reduced to a row count and an order-independent 128-bit checksum, the sums of every row's hash
+(:mod:`splitsource.copyjob._rowhash`, vectorized over Arrow columns), computed apart from the copy
+(:mod:`splitsource.copyjob._digest`):
 
 - the **source** side from :meth:`Source.reference_rows`: the connector's own client values (the Cassandra
-  driver's, the generator's formula in plain Python), never the record emitter that the copy used;
-- the **output** side by decoding the files as a reader would: Parquet through pyarrow, JSON lines as strict
-  JSON split on ``\\n`` only, CSV by RFC 4180 (an unquoted empty field is null, ``""`` is the empty string),
-  each field parsed by its column's type (ISO 8601 dates and timestamps with expanded years, ``NaN``/``Infinity``,
-  base64 binary, nested values as JSON); bucket-column values decoded from the directory names.
+  driver's, the generator's formula in plain Python), never the record emitter that the copy used, read in
+  ``parts`` parts by as many worker processes as the machine has cores;
+- the **output** side by decoding the files as a reader would (:mod:`splitsource.copyjob._decoders`), a file a
+  call, on the same workers; bucket-column values decoded from the directory names.
 
 A lost row, a duplicated row, a changed or dropped value changes the checksum. A connector without
 ``reference_rows`` is read through its emitter instead; the result then says that it is not independent.
 
-On a mismatch, the copy's split ledger (:mod:`splitsource.copyjob._ledger`) says how many rows each split put into
-the output; each of those splits is counted in the source again, and the splits whose counts differ are named.
+On a mismatch, both sides are read once more keeping each row's hash and its key's hash (``Source.key_columns``),
+and joined: the first rows that differ are named by their key, where they are (the source's part, the output's
+file and row) and the columns whose values differ. The copy's split ledger (:mod:`splitsource.copyjob._ledger`)
+says how many rows each split put into the output; each of those splits is counted in the source again, and the
+splits whose counts differ are named.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import math
 import os
 import re
-import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from serializers import read_envelope
-from splitsource._api import FixedEnumeratorContext, Source
+from splitsource._api import Source
 from splitsource._errors import SinkError
 from splitsource._fs import Store, is_uri, redact, resolve_filesystem, sibling_uri
+from splitsource.copyjob._decoders import csv_records
+from splitsource.copyjob._digest import (
+    OutputFile,
+    Plan,
+    SideDigest,
+    SourceSpec,
+    output_file,
+    output_row,
+    reference_parts,
+    source_part,
+    source_row,
+)
 from splitsource.copyjob._ledger import read_ledger
 from splitsource.copyjob._ownership import read_owner
 from splitsource.copyjob._protocol import copy_writer_id
 from splitsource.runtime._source_reader import ReaderMetrics, SourceReader
-from splitsource.sink._bucketers import NULL_SEGMENT
 from splitsource.sink._committer import SUCCESS_FILE, BucketingGlobalCommitter, metadata_location
 from splitsource.sink._files import PartNames, join, writer_of
-from splitsource.sink._text import (
-    is_duration,
-    parse_iso_date,
-    parse_iso_duration,
-    parse_iso_timestamp,
-    plain_storage,
-)
+from splitsource.sink._text import json_fragments, plain_storage
 
-__all__ = ["Digest", "SplitCheck", "SplitDifference", "VerifyResult", "canonical", "check_splits", "digest_output",
-           "digest_source", "verify"]
+__all__ = ["Digest", "RowDifference", "SplitCheck", "SplitDifference", "VerifyResult", "check_splits",
+           "csv_records", "verify"]
 
-_MOD = 1 << 128
+_MOD = 1 << 64
+PARTS_PER_WORKER = 4  # the source's parts per worker process: short parts balance the workers' load
 
 
 @dataclass
 class Digest:
-    """Row count and order-independent checksum of a multiset of rows."""
+    """Row count and order-independent checksum of a multiset of rows (two 64-bit sums of row hashes)."""
 
     rows: int = 0
-    checksum: int = 0
+    first: int = 0
+    second: int = 0
 
-    def add(self, row: bytes) -> None:
-        self.rows += 1
-        self.checksum = (self.checksum + int.from_bytes(hashlib.blake2b(row, digest_size=16).digest(), "big")) % _MOD
+    def add(self, part: SideDigest) -> None:
+        self.rows += part.rows
+        self.first = (self.first + part.first) % _MOD
+        self.second = (self.second + part.second) % _MOD
+
+    @property
+    def checksum(self) -> int:
+        return self.first << 64 | self.second
 
     @property
     def hex(self) -> str:
@@ -96,7 +106,35 @@ class SplitCheck:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class RowDifference:
+    """A row that differs: ``kind`` is ``changed`` (its key is on both sides with other values), ``missing`` (in
+    the source, not in the output), ``unmatched`` (a row of the source no row of the output equals, for a source
+    without key columns), ``extra`` (in the output, not in the source) or ``duplicated`` (more often in
+    the output than in the source); ``key`` names it, ``columns`` are those whose values differ (changed only),
+    each ``(name, source value, output value)``; ``source_at`` and ``output_at`` say where it was read."""
+
+    kind: str
+    key: str
+    columns: tuple[tuple[str, str, str], ...] = ()
+    source_at: str = ""
+    output_at: str = ""
+
+    def text(self) -> str:
+        where = "; ".join(w for w in (self.source_at and f"source: {self.source_at}",
+                                      self.output_at and f"output: {self.output_at}") if w)
+        if self.kind == "changed":
+            shown = ", ".join(f"column '{name}': source {s}, output {o}" for name, s, o in self.columns)
+            what = shown or "values differ"
+        else:
+            what = {"missing": "missing from the output", "extra": "in the output, not in the source",
+                    "unmatched": "in the source, not in the output with these values",
+                    "duplicated": "more often in the output than in the source"}[self.kind]
+        return f"  {self.key}: {what} ({where})"
+
+
 _NAMED = 20  # splits named in the text; the JSON-able result has them all
+_ROWS_NAMED = 5  # rows that differ named on a mismatch
 
 
 @dataclass(frozen=True)
@@ -106,6 +144,9 @@ class VerifyResult:
     independent: bool = True
     splits: SplitCheck | None = None  # on a mismatch only
     foreign: tuple[str, ...] = ()  # data files in the output that no commit of the copy made
+    rows: tuple[RowDifference, ...] = ()  # on a mismatch: the first rows that differ
+    lost: int = 0  # on a mismatch: rows of the source the output lacks (a changed row among them)
+    extra: int = 0  # on a mismatch: rows of the output the source lacks (a changed row among them)
 
     @property
     def match(self) -> bool:
@@ -125,6 +166,10 @@ class VerifyResult:
             lines.append(f"the output has {self.output.rows - self.source.rows:+,} rows against the source")
         elif not self.match:
             lines.append("same row count, different rows: values differ, or rows are duplicated and others missing")
+        if self.rows:
+            lines.append(f"{self.lost:,} row(s) of the source are not in the output as they are in the source, "
+                         f"{self.extra:,} of the output not in the source; the first {len(self.rows)}:")
+            lines.extend(r.text() for r in self.rows)
         if self.splits is not None:
             lines.extend(self._split_lines(self.splits))
         if not self.independent:
@@ -151,206 +196,10 @@ class VerifyResult:
         return lines
 
 
-# -- canonical form: one representation per value, whichever side it came from -------------------------------
-
-
-def canonical(value: Any, t: pa.DataType) -> Any:
-    """A plain value (see ``Source.reference_rows``) of Arrow type ``t`` in the form both sides are hashed in."""
-    if value is None:
-        return None
-    if pa.types.is_floating(t):
-        number = float(value)
-        if pa.types.is_float32(t) or pa.types.is_float16(t):
-            number = struct.unpack("<f", struct.pack("<f", number))[0]
-        return "NaN" if math.isnan(number) else number.hex()  # hex keeps -0.0 apart from 0.0
-    if pa.types.is_map(t):
-        return [[canonical(k, t.key_type), canonical(v, t.item_type)] for k, v in value]
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return [canonical(v, t.value_type) for v in value]
-    if pa.types.is_struct(t):
-        return [canonical(value.get(f.name), f.type) for f in t]
-    if pa.types.is_decimal(t):
-        return str(value)
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    return value
-
-
-def _row_bytes(values: Iterable[Any], suffix: bytes) -> bytes:
-    return repr(tuple(values)).encode("utf-8") + suffix
-
-
-def _bucket_suffix(values: list[str | None]) -> bytes:
-    return b"" if not values else b"\x00" + json.dumps(values).encode()
-
-
-# -- the source side ---------------------------------------------------------------------------------------------
-
-
-def _plain_rows_through_emitter(source: Source[Any, Any, Any, Any]) -> Iterator[tuple[Any, ...]]:
-    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
-    enumerator.start()
-    reader = SourceReader(source, enumerator.next_split, name="verify")
-    try:
-        for batch in reader.read():
-            columns = [c.cast(plain_storage(c.type)).to_pylist() for c in batch.columns]
-            yield from zip(*columns, strict=True)
-    finally:
-        reader.close()
-        enumerator.close()
-
-
-def _bucket_text(t: pa.DataType) -> Callable[[Any], str | None]:
-    """How the sink names a bucket value of type ``t`` (Arrow's cast to string); ``''`` reads back as null."""
-    import pyarrow.compute as pc
-    cache: dict[Any, str | None] = {}
-
-    def text(value: Any) -> str | None:
-        if value is None:
-            return None
-        key = repr(value)
-        if key not in cache:
-            cast = pc.cast(pa.array([value], plain_storage(t)).cast(t), pa.string())[0].as_py()
-            cache[key] = cast or None
-        return cache[key]
-
-    return text
-
-
-def digest_source(source: Source[Any, Any, Any, Any], layout: dict[str, Any]) -> tuple[Digest, bool]:
-    """Digest every row of the source; True when it came from ``reference_rows`` (independent of the copy)."""
-    schema = source.schema()
-    bucket_columns = _bucket_columns(layout)
-    keys = [(schema.get_field_index(c), _bucket_text(schema.field(c).type)) for c in bucket_columns]
-    volatile = set(source.volatile_columns())
-    data = [(i, f.type, f.name in volatile) for i, f in enumerate(schema) if f.name not in bucket_columns]
-    rows = source.reference_rows()
-    independent = rows is not None
-    digest = Digest()
-    for row in rows if rows is not None else _plain_rows_through_emitter(source):
-        suffix = _bucket_suffix([text(row[i]) for i, text in keys])
-        digest.add(_row_bytes((_compared(row[i], t, v) for i, t, v in data), suffix))
-    return digest, independent
-
-
-def _compared(value: Any, t: pa.DataType, volatile: bool) -> Any:
-    """What verify hashes of a value: its canonical form, or of a volatile column (a TTL) only whether it is
-    null (``Source.volatile_columns``)."""
-    return (value is not None) if volatile else canonical(value, t)
-
-
-# -- the output side ---------------------------------------------------------------------------------------------
-
-
 def _bucket_columns(layout: dict[str, Any]) -> list[str]:
     if layout.get("bucketer") != "columns":
         return []
     return [c.strip() for c in str(layout.get("bucket_columns", "")).split(",") if c.strip()]
-
-
-def _path_values(relative_dir: str, columns: list[str]) -> list[str | None]:
-    found: dict[str, str | None] = {}
-    for segment in relative_dir.split("/"):
-        name, eq, value = segment.partition("=")
-        if eq:
-            found[unquote(name)] = None if value == NULL_SEGMENT else unquote(value)
-    return [found.get(c) for c in columns]
-
-
-_STRING_RENDERED = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary,
-                    pa.types.is_timestamp, pa.types.is_date, pa.types.is_decimal, is_duration)
-_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def from_json(value: Any, t: pa.DataType) -> Any:
-    """A value as JSON lines (and CSV's nested fields) hold it, back to the plain value of type ``t``."""
-    if value is None:
-        return None
-    if pa.types.is_floating(t):
-        return _NON_FINITE[value] if isinstance(value, str) else float(value)
-    if pa.types.is_timestamp(t):
-        return parse_iso_timestamp(value, t.unit)
-    if pa.types.is_date32(t):
-        return parse_iso_date(value)
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return base64.b64decode(value, validate=True)
-    if is_duration(t):
-        return parse_iso_duration(value)
-    if pa.types.is_map(t):
-        def key(text: str) -> Any:
-            if any(check(t.key_type) for check in _STRING_RENDERED):
-                return from_json(text, t.key_type)
-            try:
-                return from_json(json.loads(text), t.key_type)
-            except ValueError:
-                return from_json(text, t.key_type)
-
-        return [(key(k), from_json(v, t.item_type)) for k, v in value.items()]
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return [from_json(v, t.value_type) for v in value]
-    if pa.types.is_struct(t):
-        return {f.name: from_json(value.get(f.name), f.type) for f in t}
-    return value
-
-
-def from_text(text: str | None, t: pa.DataType) -> Any:
-    """One CSV field back to the plain value of type ``t`` (None: an unquoted empty field, null)."""
-    if text is None:
-        return None
-    if pa.types.is_integer(t):
-        return int(text)
-    if pa.types.is_floating(t):
-        return float(text)
-    if pa.types.is_boolean(t):
-        return {"true": True, "false": False}[text]
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return text
-    if pa.types.is_nested(t) and not is_duration(t):
-        return from_json(json.loads(text), t)
-    return from_json(text, t)
-
-
-def _strict(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON (strict JSON has no NaN or infinity)")
-
-
-def _jsonl_rows(data: bytes, names: list[str], path: str) -> Iterator[list[Any]]:
-    # split on \n only: U+2028 and the other characters str.splitlines() breaks at are legal inside a JSON string
-    for number, line in enumerate(data.split(b"\n"), 1):
-        if not line:
-            continue
-        try:
-            obj = json.loads(line.decode("utf-8"), parse_constant=_strict)
-        except ValueError as exc:
-            raise SinkError(f"{path}: line {number} is not valid JSON: {exc}") from None
-        yield [obj.get(n) for n in names]
-
-
-_FIELD = re.compile(r'"((?:[^"]|"")*)"|([^,"\r\n]*)')
-
-
-def csv_records(text: str) -> Iterator[list[str | None]]:
-    """RFC 4180 records: a quoted field is text (``""`` the empty string), an unquoted empty field None."""
-    pos, end = 0, len(text)
-    while pos < end:
-        record: list[str | None] = []
-        while True:
-            m = _FIELD.match(text, pos)
-            assert m is not None  # the pattern matches the empty string
-            quoted, bare = m.groups()
-            record.append(quoted.replace('""', '"') if quoted is not None else (bare or None))
-            pos = m.end()
-            if pos < end and text[pos] == ",":
-                pos += 1
-                continue
-            if text.startswith("\r\n", pos):
-                pos += 2
-            elif pos < end and text[pos] == "\n":
-                pos += 1
-            elif pos < end:
-                raise ValueError(f"malformed CSV at character {pos}")
-            break
-        yield record
 
 
 def _files(fs: Store, base: str) -> list[tuple[str, str]]:
@@ -384,30 +233,6 @@ def foreign_files(output: str, layout: dict[str, Any], token: str | None, record
 _COPY_TASK = re.compile(r"\d{5}(-[A-Za-z0-9]+)?-[0-9a-f]+")
 
 
-def _file_rows(fs: Store, path: str, fmt: str, fields: list[pa.Field], header: bool) -> Iterator[
-        list[Any]]:
-    names = [f.name for f in fields]
-    if fmt == "parquet":
-        with fs.open_input(path) as f:
-            for batch in pq.ParquetFile(f).iter_batches(65_536, columns=names):
-                columns = [c.cast(plain_storage(c.type)).to_pylist() for c in batch.columns]
-                yield from (list(row) for row in zip(*columns, strict=True))
-        return
-    data = fs.read_bytes(path)
-    if fmt == "jsonl":
-        for row in _jsonl_rows(data, names, path):
-            yield [from_json(v, f.type) for v, f in zip(row, fields, strict=True)]
-        return
-    records = csv_records(data.decode("utf-8"))
-    order = list(range(len(fields)))
-    if header:
-        first = next(records, None)
-        if first is not None:
-            order = [first.index(n) if n in first else -1 for n in names]
-    for record in records:
-        yield [None if i < 0 else from_text(record[i], f.type) for i, f in zip(order, fields, strict=True)]
-
-
 def output_records(output: str, metadata: str = "") -> BucketingGlobalCommitter:
     """The records of a copy's output (where its copy.json, owner and commit log are)."""
     fs, base, meta = metadata_location(output, metadata)
@@ -426,28 +251,6 @@ def read_layout(records: BucketingGlobalCommitter, output: str) -> dict[str, Any
                         "by splitsource copy") from None
     except (ValueError, UnicodeDecodeError):
         raise SinkError(f"{path} is corrupt") from None
-
-
-def digest_output(output: str, layout: dict[str, Any], schema: pa.Schema, volatile: Iterable[str] = ()) -> Digest:
-    """Digest every finished part file under ``output`` (what a reader of the directory would read), decoding
-    each column as ``schema`` says; of the ``volatile`` columns only whether they are null."""
-    changing = set(volatile)
-    fs, base = resolve_filesystem(output)
-    bucket_columns = _bucket_columns(layout)
-    fields = [f for f in schema if f.name not in bucket_columns]
-    fmt = layout["format"]
-    digest = Digest()
-    for path, relative in _files(fs, base):
-        suffix = _bucket_suffix(_path_values(relative.rpartition("/")[0], bucket_columns))
-        try:
-            for row in _file_rows(fs, path, fmt, fields, bool(layout.get("csv_header", True))):
-                digest.add(_row_bytes((_compared(v, f.type, f.name in changing)
-                                       for v, f in zip(row, fields, strict=True)), suffix))
-        except SinkError:
-            raise
-        except (ValueError, KeyError, TypeError, pa.ArrowException, UnicodeDecodeError) as exc:
-            raise SinkError(f"{path}: cannot be read as {fmt} of the source's columns: {exc}") from None
-    return digest
 
 
 def check_splits(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | None,
@@ -481,18 +284,198 @@ def check_splits(source: Source[Any, Any, Any, Any], output: str, checkpoint: st
     return SplitCheck(len(ledger), sum(c.rows for c in ledger.values()), differ)
 
 
+
+
+# -- running both sides ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Work:
+    """Both sides' calls: the source's parts, then the output's files."""
+
+    spec: SourceSpec
+    parts: int
+    files: tuple[OutputFile, ...]
+    plan: Plan
+
+    def calls(self, plan: Plan) -> list[tuple[Callable[..., SideDigest], tuple[Any, ...]]]:
+        source: list[tuple[Callable[..., SideDigest], tuple[Any, ...]]] = [
+            (source_part, (self.spec, part, self.parts, plan)) for part in range(self.parts)]
+        return source + [(output_file, (f, plan)) for f in self.files]
+
+
+def _run(work: _Work, plan: Plan, workers: int) -> tuple[list[SideDigest], list[SideDigest]]:
+    """Every call of ``work`` under ``plan``: in ``workers`` processes, or here when the source stays here."""
+    calls = work.calls(plan)
+    if work.spec.local is not None or workers <= 1:
+        results = [function(*args) for function, args in calls]
+    else:
+        from splitsource.copyjob._calls import CallPool  # not at import: python -m of it imports this package
+
+        with CallPool(min(workers, len(calls))) as pool:
+            results = pool.map(calls)
+    return results[:work.parts], results[work.parts:]
+
+
 def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | None = None,
-           metadata: str = "") -> VerifyResult:
-    """Compare the committed output with the source; on a mismatch, also the copy's rows per split (from the split
-    ledger of ``checkpoint``, by default the one the output's owner file names) with the source's. ``metadata``:
-    where the copy kept the output's records, if it was given that sink option."""
+           metadata: str = "", workers: int = 0) -> VerifyResult:
+    """Compare the committed output with the source; on a mismatch, name the first rows that differ and compare
+    the copy's rows per split (from the split ledger of ``checkpoint``, by default the one the output's owner file
+    names) with the source's. ``metadata``: where the copy kept the output's records, if it was given that sink
+    option. ``workers``: processes reading both sides (0: one per core; 1: all in this process)."""
     records = output_records(output, metadata)
     layout = read_layout(records, output)
-    source_digest, independent = digest_source(source, layout)
     owner = read_owner(records)
     foreign = foreign_files(output, layout, str(owner["token"]) if owner else None, records.meta)
-    result = VerifyResult(source_digest, digest_output(output, layout, source.schema(), source.volatile_columns()),
-                          independent, foreign=foreign)
+    workers = workers or os.cpu_count() or 1
+    probe = source.reference_rows()
+    independent = probe is not None
+    close = getattr(probe, "close", None)
+    if close is not None:
+        close()  # a generator, not started
+    spec = SourceSpec.of(source, in_process=workers <= 1)
+    parts = workers * PARTS_PER_WORKER if independent and reference_parts(source) else 1
+    fs, base = resolve_filesystem(output)
+    fmt = str(layout["format"])
+    header = bool(layout.get("csv_header", True))
+    files = tuple(OutputFile(output, path, relative, fmt, header) for path, relative in _files(fs, base))
+    schema = source.schema()
+    keys = tuple(k for k in source.key_columns() if k in schema.names)
+    plan = Plan(schema, tuple(_bucket_columns(layout)), frozenset(source.volatile_columns()), keys)
+    work = _Work(spec, parts, files, plan)
+    source_digests, output_digests = _run(work, plan, workers)
+    result = VerifyResult(_total(source_digests), _total(output_digests), independent, foreign=foreign)
     if result.match:
         return result
-    return replace(result, splits=check_splits(source, output, checkpoint, records))
+    lost, extra, named = _differences(work, workers)
+    return replace(result, rows=named, lost=lost, extra=extra,
+                   splits=check_splits(source, output, checkpoint, records))
+
+
+def _total(digests: Sequence[SideDigest]) -> Digest:
+    total = Digest()
+    for d in digests:
+        total.add(d)
+    return total
+
+
+# -- naming the rows that differ ----------------------------------------------------------------------------------
+
+
+def _located(digests: Sequence[SideDigest]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(row hashes, key hashes, call index, row index in the call) of every row of one side, in reading order."""
+    rows, keys, calls, index = [], [], [], []
+    for i, d in enumerate(digests):
+        r, k = d.detail()
+        rows.append(r)
+        keys.append(k)
+        calls.append(np.full(len(r), i, dtype=np.int64))
+        index.append(np.arange(len(r), dtype=np.int64))
+    if not rows:
+        empty = np.zeros(0, dtype=np.uint64)
+        return empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(rows), np.concatenate(keys), np.concatenate(calls), np.concatenate(index)
+
+
+def _unmatched(mine: tuple[np.ndarray, np.ndarray], theirs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Indices into ``mine`` of the rows (as (row hash, key hash) pairs, a multiset) that ``theirs`` lacks: of n
+    equal rows against m on the other side, the last n - m."""
+    pairs_mine = np.stack([mine[1], mine[0]], axis=1)
+    pairs_theirs = np.stack([theirs[1], theirs[0]], axis=1)
+    pairs, inverse, counts = np.unique(pairs_mine, axis=0, return_inverse=True, return_counts=True)
+    other, other_counts = np.unique(pairs_theirs, axis=0, return_counts=True)
+    found = np.zeros(len(pairs), dtype=np.int64)
+    if len(other):
+        view = np.dtype([("k", np.uint64), ("r", np.uint64)])
+        at = np.searchsorted(other.view(view).ravel(), pairs.view(view).ravel())
+        at_clipped = np.minimum(at, len(other) - 1)
+        hit = (at < len(other)) & (other[at_clipped] == pairs).all(axis=1)
+        found[hit] = other_counts[at_clipped[hit]]
+    surplus = counts - np.minimum(counts, found)  # copies of each pair that the other side lacks
+    # the occurrences of a pair in reading order; keep those past the other side's count
+    order = np.argsort(inverse.ravel(), kind="stable")
+    group = inverse.ravel()[order]
+    starts = np.searchsorted(group, np.arange(len(pairs)))
+    rank = np.arange(len(order)) - starts[group]
+    keep = rank >= (counts - surplus)[group]
+    return np.sort(order[keep])
+
+
+def _differences(work: _Work, workers: int) -> tuple[int, int, tuple[RowDifference, ...]]:
+    """Read both sides again keeping every row's hashes: the source's rows the output lacks, the output's rows the
+    source lacks, and the first few of them named."""
+    plan = replace(work.plan, detail=True)
+    source_digests, output_digests = _run(work, plan, workers)
+    s_rows, s_keys, s_call, s_index = _located(source_digests)
+    o_rows, o_keys, o_call, o_index = _located(output_digests)
+    labels = [d.label for d in source_digests]
+    lost = _unmatched((s_rows, s_keys), (o_rows, o_keys))  # source rows the output lacks
+    extra = _unmatched((o_rows, o_keys), (s_rows, s_keys))  # output rows the source lacks
+    lost_keys = set(s_keys[lost].tolist())
+    source_keys = set(s_keys.tolist())
+    output_first: dict[int, int] = {}
+    for i in extra.tolist():
+        output_first.setdefault(int(o_keys[i]), i)
+    named: list[RowDifference] = []
+    for i in lost.tolist()[:_ROWS_NAMED]:
+        key = int(s_keys[i])
+        other = output_first.get(key) if plan.keys else None
+        named.append(_name(work, plan, labels, (int(s_call[i]), int(s_index[i])),
+                           None if other is None else (int(o_call[other]), int(o_index[other]))))
+    for i in extra.tolist():
+        if len(named) >= _ROWS_NAMED:
+            break
+        key = int(o_keys[i])
+        if key in lost_keys and plan.keys:
+            continue  # named above as changed
+        kind = "duplicated" if key in source_keys else "extra"
+        named.append(_name(work, plan, labels, None, (int(o_call[i]), int(o_index[i])), kind))
+    return len(lost), len(extra), tuple(named)
+
+
+def _shown(value: Any, t: pa.DataType | None) -> str:
+    """A value as a user reads it: the JSON text the sink writes of its type (a timestamp in ISO 8601), cut at 60
+    characters."""
+    text = repr(value)
+    if t is not None and value is not None:
+        try:
+            text = json_fragments(pa.array([value], plain_storage(t)).cast(t))[0]
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _name(work: _Work, plan: Plan, labels: Sequence[str], at_source: tuple[int, int] | None,
+          at_output: tuple[int, int] | None, kind: str = "") -> RowDifference:
+    """One row that differs, read again from where it is: its key, and the columns whose values differ."""
+    source_values: dict[str, Any] = {}
+    output_values: dict[str, Any] = {}
+    source_hashes: dict[str, int] = {}
+    output_hashes: dict[str, int] = {}
+    source_at = output_at = ""
+    if at_source is not None:
+        part, index = at_source
+        source_values, source_hashes = source_row(work.spec, part, work.parts, plan, index)
+        source_at = labels[part] or (f"part {part + 1} of {work.parts}" if work.parts > 1 else "the source")
+    if at_output is not None:
+        number, index = at_output
+        file = work.files[number]
+        output_values, output_hashes = output_row(file, plan, index)
+        output_at = f"{file.relative}, row {index + 1:,}"
+    values = source_values or output_values
+    types = {f.name: f.type for f in plan.schema}
+    texts = {} if source_values else {b: None for b in plan.buckets}  # an output row's bucket values are text
+
+    def shown(name: str, value: Any, text_only: bool = False) -> str:
+        return _shown(value, None if text_only else types.get(name))
+
+    key_names = plan.keys or tuple(f.name for f in plan.schema)[:4]
+    key = ", ".join(f"{k}={shown(k, values.get(k), k in texts)}" for k in key_names)
+    key = f"key {key}" if plan.keys else f"row {key}{', ...' if len(plan.schema) > len(key_names) else ''}"
+    if at_source is not None and at_output is not None:
+        columns = tuple((name, shown(name, source_values.get(name)),
+                         shown(name, output_values.get(name), name in plan.buckets))
+                        for name in source_hashes if source_hashes[name] != output_hashes.get(name))
+        return RowDifference("changed", key, columns, source_at, output_at)
+    return RowDifference(kind or ("missing" if plan.keys else "unmatched"), key, (), source_at, output_at)
+

@@ -206,3 +206,44 @@ def test_verify_names_the_splits_whose_rows_changed_after_the_copy(cassandra: An
                                      f"AND token(id) <= {end}").one()[0]
             assert source_rows == server and copied_rows == server - expected[(start, end)], check.stdout
         assert f"{len(named)} of " in check.stdout
+
+
+def test_verify_names_the_key_column_and_token_range_of_one_value_changed_in_a_part_file(
+        cassandra: Any, tmp_path: Path) -> None:
+    """One value changed by hand in one Parquet part file: verify names that row's primary key, the column, both
+    values and a token range that holds the key's token (the server's own), and no other row."""
+    import re
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with cassandra.fresh_table(KS, "onevalue", "id bigint PRIMARY KEY, v int, w text") as session:
+        from cassandra.concurrent import execute_concurrent_with_args
+
+        insert = session.prepare(f"INSERT INTO {KS}.onevalue (id, v, w) VALUES (?, ?, ?)")
+        execute_concurrent_with_args(session, insert, [(i, i * 3, f"w{i}") for i in range(3_000)], concurrency=64,
+                                     raise_on_first_error=True)
+        out = tmp_path / "onevalue"
+        args = source_args(cassandra, table="onevalue")
+        copied = run(["copy", *args, "--engine", "local", "--workers", "2", "--output", str(out), "--quiet"])
+        assert copied.returncode == 0, copied.stderr[-3000:]
+        assert run(["verify", *args, "--output", str(out)]).stdout.startswith("MATCH")
+
+        part = sorted(out.glob("part-*.parquet"))[-1]
+        table = pq.read_table(part)
+        row = table.num_rows // 2
+        key, old = table.column("id")[row].as_py(), table.column("v")[row].as_py()
+        values = table.column("v").to_pylist()
+        values[row] = -1
+        pq.write_table(table.set_column(table.schema.get_field_index("v"), "v", pa.array(values, pa.int32())), part)
+
+        check = run(["verify", *args, "--output", str(out)])
+        assert check.returncode == 1 and check.stdout.startswith("MISMATCH"), check.stdout + check.stderr
+        assert "1 row(s) of the source are not in the output as they are in the source, 1 of the output" \
+            in check.stdout, check.stdout
+        (line,) = [line for line in check.stdout.splitlines() if line.startswith("  key ")]
+        assert line.startswith(f"  key id={key}: column 'v': source {old}, output -1 (source: token("), line
+        assert f"output: {part.name}, row {row + 1:,})" in line, line
+        start, end = (int(t) for t in re.search(r"source: token\((-?\d+),(-?\d+)\]", line).groups())  # type: ignore[union-attr]
+        token = int(session.execute(f"SELECT token(id) FROM {KS}.onevalue WHERE id = {key}").one()[0])
+        assert start < token <= end, (token, line)

@@ -180,6 +180,10 @@ def test_verify_catches_a_converter_that_drops_a_udt_field(node: Any, tmp_path: 
     result = verify(buggy, str(out))
     assert not result.match and result.independent, result.text()
     assert "same row count, different rows" in result.text()
+    # the rows that differ are named by their primary key, with the one column whose value differs
+    changed = [r for r in result.rows if r.kind == "changed"]
+    assert changed and all([c[0] for c in r.columns] == ["ud"] for r in changed), result.text()
+    assert any(r.key == f"key id={expected_plain()[1]['id']}" for r in changed), result.text()
 
 
 # -- DataStax Bulk Loader's CSV of the same table ----------------------------------------------------------------
