@@ -10,7 +10,12 @@ JVMs included; Cassandra itself is not counted):
 - ``splitsource copy -> parquet`` and ``-> csv``: the ``splitsource copy`` command, from scratch, with its default
   Spark engine (``local[2]``), the same without the driver JVM's class archive (``SPLITSOURCE_JVM_ARCHIVE=off``),
   and with ``--engine local`` (one worker process per core, no JVM);
-- ``splitsource read + count``: ``spark.read.format("splitsource")`` + ``count()`` in ``local[2]``.
+- ``splitsource verify``: ``splitsource verify`` of the local engine's Parquet copy (made first if this run has none);
+- reads into Spark, each phase timed by ``bench/read_phases.py`` (session start, ``load()``, the first ``count()``,
+  a full read of every column into the ``noop`` writer): ``spark.read.format("splitsource")``, the Spark Cassandra
+  Connector's, and the nearest pure-Python peer's (a Python data source with one partition per token range, written
+  in read_phases.py since none installs); and ``format("splitsource")`` reading one column (``columns=id``) and
+  a query on 100 partition keys with the filter pushed to Cassandra and without (``pushdown=false``).
 
 Every method's row count is checked (files are read back) before its time counts. Runs go round-robin,
 ``--repeat`` rounds, and the medians are reported with the ratio of each method's rows/s to ``splitsource copy
@@ -25,6 +30,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -45,6 +51,7 @@ from bench.cassandra_table import HOSTS, KEYSPACE, TABLE, ensure_cassandra, ensu
 from splitsource.spark._jvm import ensure_archive  # noqa: E402
 
 CORES = os.cpu_count() or 1
+ROWS = 1_000_000  # set from --rows: a method that counts a subset reports the table's rows once its count is right
 BASELINE = "splitsource copy --engine local -> parquet"
 CEILING = f"driver per core ({CORES} processes)"
 NO_ARCHIVE = "splitsource copy -> parquet (Spark, no JVM archive)"
@@ -110,9 +117,43 @@ def copy_to(fmt: str, engine: str, env: dict[str, str] | None = None) -> Callabl
     return method
 
 
-def read_count(out: Path) -> tuple[Measured, int]:
-    measured = run([sys.executable, str(ROOT / "bench" / "bench_cassandra.py"), "--method", "splitsource-spark"])
-    return measured, _reported_rows(measured)
+KEYS = ", ".join(str(k) for k in range(0, 1_000_000, 10_000))  # 100 partition keys of the table
+READ = [str(ROOT / "bench" / "read_phases.py")]
+PHASES: dict[str, dict[str, list[float]]] = {}  # method: phase: seconds of each run
+
+
+def verify_copy(out: Path) -> tuple[Measured, int]:
+    target = out / "splitsource-local-parquet"  # the baseline copy's output
+    if not (target.with_name(target.name + ".bucketing") / "_SUCCESS").exists():
+        copy_to("parquet", "local")(out)
+    measured = run(SPLITSOURCE + ["verify", *SOURCE, "--output", str(target)])
+    found = re.match(r"MATCH: source ([\d,]+) rows", measured.output.strip())
+    return measured, int(found.group(1).replace(",", "")) if found and measured.returncode == 0 else -1
+
+
+def read_phases(method: str, *extra: str, rows: int | None = None) -> Callable[[Path], tuple[Measured, int]]:
+    """A read into Spark by bench/read_phases.py; ``rows``: what the query counts when it is not the table."""
+    def measure(out: Path) -> tuple[Measured, int]:
+        env: dict[str, str] = {}
+        python = sys.executable
+        args = [*extra]
+        if method == "scc":
+            spark35, jars = tools.spark35()
+            python, env = str(spark35), {"PYSPARK_PYTHON": str(spark35)}
+            args += ["--jars", *map(str, jars)]
+        measured = run([python, *READ, method, HOSTS.split(",")[0], KEYSPACE, TABLE, *args], env=env)
+        if measured.returncode != 0:
+            return measured, -1
+        report = json.loads(measured.output.strip().splitlines()[-1])
+        name = next(n for n, m in METHODS.items() if m is measure)
+        for phase, seconds in report["phases"].items():
+            PHASES.setdefault(name, {}).setdefault(phase, []).append(seconds)
+        counted = int(report["rows"])
+        if rows is not None:  # a query of a subset: right when it counts its rows
+            return measured, ROWS if counted == rows else counted
+        return measured, counted
+
+    return measure
 
 
 def _reported_rows(measured: Measured) -> int:
@@ -130,7 +171,15 @@ METHODS: dict[str, Callable[[Path], tuple[Measured, int]]] = {
     "splitsource copy -> parquet (Spark engine)": copy_to("parquet", "spark"),
     NO_ARCHIVE: copy_to("parquet", "spark", {"SPLITSOURCE_JVM_ARCHIVE": "off"}),
     "splitsource copy -> csv (Spark engine)": copy_to("csv", "spark"),
-    "splitsource read + count": read_count,
+    "splitsource verify (of the local engine's copy)": verify_copy,
+    "splitsource read + count": read_phases("splitsource"),
+    "splitsource read + count + noop": read_phases("splitsource", "--noop"),
+    "scc read + count + noop": read_phases("scc", "--noop"),
+    "python peer read + count + noop": read_phases("peer", "--noop"),
+    "splitsource read columns=id + count": read_phases("splitsource", "--option", "columns=id"),
+    "splitsource read + count, 100 keys pushed": read_phases("splitsource", "--where", f"id IN ({KEYS})", rows=100),
+    "splitsource read + count, 100 keys not pushed": read_phases(
+        "splitsource", "--where", f"id IN ({KEYS})", "--option", "pushdown=false", rows=100),
 }
 
 
@@ -166,6 +215,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/splitsource-bench-tools"),
                         help="scratch directory for the outputs (emptied per run)")
     args = parser.parse_args()
+    global ROWS
+    ROWS = args.rows
     ensure_loaded(args.rows, ensure_cassandra())
     tools.dsbulk()
     tools.spark35()
@@ -188,6 +239,8 @@ def main() -> int:
         results[name] = {"wall_s": round(wall, 2), "rows_per_s": round(args.rows / wall),
                          "peak_rss_mb": round(max(m.peak_rss_mb for m in measured)),
                          "runs_s": [round(m.seconds, 2) for m in measured]}
+        for phase, seconds in PHASES.get(name, {}).items():  # a read's phases, medians
+            results[name][f"{phase}_s"] = round(statistics.median(seconds), 2)
     base, ceiling = results.get(BASELINE), results.get(CEILING)
     print(f"\n{'method':44s} {'wall s':>8s} {'rows/s':>10s} {'peak MB':>8s} {'vs copy':>8s} {'vs driver':>9s}")
     for name, r in results.items():
@@ -198,6 +251,12 @@ def main() -> int:
         print(f"{name:44s} {r['wall_s']:8.2f} {r['rows_per_s']:10,d} {r['peak_rss_mb']:8,d} "
               f"{r.get('ratio_to_splitsource_copy', float('nan')):8.2f} "
               f"{r.get('ratio_to_driver_per_core', float('nan')):9.2f}")
+    if PHASES:
+        print(f"\n{'read phases (medians, s)':44s} " + " ".join(f"{p:>8s}" for p in ("session", "load", "count",
+                                                                                     "noop", "stop")))
+        for name in PHASES:
+            print(f"{name:44s} " + " ".join(f"{results[name].get(p + '_s', float('nan')):8.2f}"
+                                           for p in ("session", "load", "count", "noop", "stop")))
     # a partial run (--only) must not replace the full side-by-side figures
     out = record_run("tools-only" if args.only else "tools", {"rows": args.rows, "repeat": args.repeat,
                                                                "baseline": BASELINE, "results": results})

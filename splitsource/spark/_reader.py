@@ -5,6 +5,7 @@ splits in order (``read()``) through the runtime's :class:`~splitsource.runtime.
 from __future__ import annotations
 
 import logging
+import pickle
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from splitsource._api import Predicate, Split
+from splitsource._api import Predicate, Source, Split
 from splitsource._planning import (
     FrameworkOptions,
     TaskEnvironment,
@@ -36,8 +37,8 @@ from splitsource._planning import (
 )
 from splitsource.runtime._read import read_splits
 
-__all__ = ["PushdownBatchReader", "SplitSourceBatchReader", "SplitsPartition", "partitions_of", "predicate_of",
-           "read_partition", "spark_arrow_schema"]
+__all__ = ["PushdownBatchReader", "SplitSourceBatchReader", "SplitsPartition", "carried", "partitions_of",
+           "predicate_of", "read_partition", "source_of", "spark_arrow_schema"]
 
 log = logging.getLogger("splitsource.spark")
 
@@ -72,13 +73,40 @@ def partitions_of(framework: FrameworkOptions, groups: list[tuple[Split, ...]], 
     return [SplitsPartition(group, environment, readers) for group in groups]
 
 
-def read_partition(options: Mapping[str, str], partition: SplitsPartition, expected: pa.Schema | None
-                   ) -> Iterator[pa.RecordBatch]:
-    """Read one partition's splits in order, in ``expected`` (None: the source's own schema)."""
+def carried(source: Source[Any, Any, Any, Any]) -> bytes | None:
+    """``source`` pickled with what it has read of its metadata, for the later steps of the same read (Spark's
+    planning worker, its tasks), or None when it does not pickle (a lock among its attributes). Only ever handed
+    from one step of a read to the next, never kept: nothing persisted is pickled."""
+    from pyspark import cloudpickle
+
+    try:
+        data: bytes = cloudpickle.dumps(source)  # type: ignore[no-untyped-call]
+        return data
+    except Exception:  # noqa: BLE001 - any object that does not pickle: the next steps build the source again
+        return None
+
+
+def source_of(options: Mapping[str, str], planned: bytes | None) -> Source[Any, Any, Any, Any]:
+    """The source of ``options``: the one the schema step carried (``planned``), else built again."""
+    if planned is not None:
+        try:
+            source = pickle.loads(planned)
+            if isinstance(source, Source):
+                return source
+        except Exception:  # noqa: BLE001 - a worker that cannot load it builds the source again
+            pass
+    return build_source(options)[1]
+
+
+def read_partition(options: Mapping[str, str], partition: SplitsPartition, expected: pa.Schema | None,
+                   planned: bytes | None = None) -> Iterator[pa.RecordBatch]:
+    """Read one partition's splits in order, in ``expected`` (None: the source's own schema); ``planned``: the
+    source as the schema step carried it."""
     partition.environment.check()
     remaining = iter(partition.splits)
+    source = source_of(options, planned) if planned is not None else None
     yield from read_splits(options, lambda: next(remaining, None), expected, f"partition-{len(partition.splits)}",
-                           partition.readers)
+                           partition.readers, source=source)
 
 
 _OPS = {EqualTo: "=", In: "in", LessThan: "<", LessThanOrEqual: "<=", GreaterThan: ">", GreaterThanOrEqual: ">="}
@@ -111,19 +139,21 @@ def spark_offers_filters() -> bool:
 
 
 class SplitSourceBatchReader(DataSourceReader):
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType, planned: bytes | None = None) -> None:
         self._options = dict(options)
         self._expected = to_arrow_schema(schema, timezone="UTC")
+        self._planned = planned  # the source as the schema step carried it (see SplitSourceDataSource.schema)
 
     def partitions(self) -> list[InputPartition]:
-        framework, source = build_source(self._options)
+        framework, _ = build_source(self._options)
+        source = source_of(self._options, self._planned)
         groups = pack_for(framework, all_splits(source, max(framework.partitions, 1)))
         # an empty source: one partition that reads nothing gives an empty DataFrame
         return partitions_of(framework, groups or [()])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitsPartition)
-        yield from read_partition(self._options, partition, self._expected)
+        yield from read_partition(self._options, partition, self._expected, self._planned)
 
 
 class PushdownBatchReader(SplitSourceBatchReader):
@@ -136,11 +166,12 @@ class PushdownBatchReader(SplitSourceBatchReader):
         the rest are returned for Spark to evaluate. Called only when
         ``spark.sql.python.filterPushdown.enabled`` is true."""
         offered = [(f, p) for f in filters if (p := predicate_of(f)) is not None]
-        _, source = build_source(self._options)
+        source = source_of(self._options, self._planned)
         added, taken = source.push_predicates([p for _, p in offered])
         pushed = {id(offered[i][0]) for i in taken}
         if pushed:
             self._options.update(added)
+            self._planned = None  # the carried source reads with the options it was built with
         left = [f for f in filters if id(f) not in pushed]
         if filters:  # Spark's explain shows a Python scan as "(Python)" only: one line on the console says it
             shown = ", ".join(f"{k}={v}" for k, v in added.items()) if pushed else ""

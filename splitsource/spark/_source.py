@@ -21,6 +21,7 @@ from splitsource._planning import FrameworkOptions, build_source
 from splitsource.spark._reader import (
     PushdownBatchReader,
     SplitSourceBatchReader,
+    carried,
     spark_arrow_schema,
     spark_offers_filters,
 )
@@ -48,16 +49,22 @@ class SplitSourceDataSource(DataSource):
 
     def schema(self) -> StructType:
         _, source = build_source(self.options)
-        return spark_arrow_schema(source.schema())[0]
+        struct = spark_arrow_schema(source.schema())[0]
+        # Spark pickles this instance after schema() and hands it to the planning worker, which pickles the reader
+        # into every task: the source travels with the metadata it has just read (for Cassandra: the table's
+        # columns, types and converters), so neither planning nor a task connects to read them again
+        self._carried = carried(source)
+        return struct
 
     def reader(self, schema: StructType) -> DataSourceReader:
         framework, _ = build_source(self.options)  # fail on bad options in the driver, before any task starts
+        planned = getattr(self, "_carried", None)
         # Spark refuses a reader that implements pushFilters while spark.sql.python.filterPushdown.enabled is
         # false (its default), even for a query with no filter, and the setting does not reach this worker: Spark
         # asks for the reader from its filter pushdown step only when the setting is on, so that is the sign
         if framework.pushdown == "true" or (framework.pushdown == "auto" and spark_offers_filters()):
-            return PushdownBatchReader(self.options, schema)
-        return SplitSourceBatchReader(self.options, schema)
+            return PushdownBatchReader(self.options, schema, planned)
+        return SplitSourceBatchReader(self.options, schema, planned)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
         return SplitSourceStreamReader(self.options, schema)

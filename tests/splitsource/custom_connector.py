@@ -31,3 +31,44 @@ class OneUlpOffGenerator(GeneratorSource):
 
         return RewritingEmitter(super().create_record_emitter(), "score", lambda column: pa.array(
             [None if v is None else math.nextafter(v, math.inf) for v in column.to_pylist()], pa.float64()))
+
+
+def metadata_log(seed: int) -> str:
+    """Where :class:`MetadataCountingSource` with option ``seed`` notes each read of its metadata."""
+    import tempfile
+    from pathlib import Path
+
+    return str(Path(tempfile.gettempdir()) / f"splitsource-metadata-reads-{seed}.log")
+
+
+class MetadataCountingSource(GeneratorSource):
+    """The generator, reading its schema once per instance as the Cassandra source reads its table's metadata (a
+    round trip to the server), and noting each such read in :func:`metadata_log` (any process: Spark's workers)."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self._schema: pa.Schema | None = None
+
+    def schema(self) -> pa.Schema:
+        if self._schema is None:
+            import os
+
+            with open(metadata_log(self.options.seed), "a") as log:
+                log.write(f"{os.getpid()}\n")
+            self._schema = super().schema()
+        return self._schema
+
+    def create_record_emitter(self) -> Any:
+        self.schema()  # as Cassandra's emitter needs the table's converters
+        return super().create_record_emitter()
+
+
+class UnpicklableCountingSource(MetadataCountingSource):
+    """The same, holding something that does not pickle: Spark's later steps must build it again."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        self._held = (lambda: None).__code__  # a code object: no pickler takes it
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)

@@ -125,3 +125,26 @@ def test_explicit_register(spark: Any) -> None:
 
     splitsource.register(spark)
     assert read(spark, rows="10").count() == 10
+
+
+@pytest.mark.parametrize(("connector", "carried"), [("MetadataCountingSource", True),
+                                                     ("UnpicklableCountingSource", False)])
+def test_the_schema_steps_source_travels_to_planning_and_tasks(spark: Any, connector: str, carried: bool) -> None:
+    """format("splitsource") reads a source's metadata once, in the schema step: the planning worker and every
+    task get the source as that step left it (pickled with the data source), unless it does not pickle."""
+    from pathlib import Path
+
+    from tests.splitsource.custom_connector import metadata_log
+
+    seed = 4242 if carried else 4343
+    log = Path(metadata_log(seed))
+    log.unlink(missing_ok=True)
+    df = (spark.read.format("splitsource").option("connector", f"tests.splitsource.custom_connector:{connector}")
+          .option("rows", "5000").option("split_rows", "1000").option("seed", str(seed))
+          .option("partitions", "3").load())
+    assert df.count() == 5000
+    reads = log.read_text().split()
+    if carried:
+        assert len(reads) == 1, f"the metadata was read {len(reads)} times"
+    else:  # the control: each task builds the source again and reads it again
+        assert len(reads) >= 1 + 3, f"the metadata was read {len(reads)} times"
