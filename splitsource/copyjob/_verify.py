@@ -384,6 +384,7 @@ def _unmatched(mine: tuple[np.ndarray, np.ndarray], theirs: tuple[np.ndarray, np
     pairs_theirs = np.stack([theirs[1], theirs[0]], axis=1)
     pairs, inverse, counts = np.unique(pairs_mine, axis=0, return_inverse=True, return_counts=True)
     other, other_counts = np.unique(pairs_theirs, axis=0, return_counts=True)
+    pairs, other = np.ascontiguousarray(pairs), np.ascontiguousarray(other)
     found = np.zeros(len(pairs), dtype=np.int64)
     if len(other):
         view = np.dtype([("k", np.uint64), ("r", np.uint64)])

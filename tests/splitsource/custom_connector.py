@@ -72,3 +72,10 @@ class UnpicklableCountingSource(MetadataCountingSource):
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+class KeyedGenerator(GeneratorSource):
+    """The generator with a key: its column ``id`` (the row's number) names a row."""
+
+    def key_columns(self) -> list[str]:
+        return ["id"]

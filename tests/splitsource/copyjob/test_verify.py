@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,3 +46,40 @@ def test_verify_is_not_fooled_when_both_sides_would_share_the_bug(tmp_path: Path
 def test_csv_records_tell_null_from_the_empty_string_and_keep_line_breaks_in_quotes() -> None:
     text = 'a,"",,"x\r\ny","q""q"\r\n"\u2028",1\n'
     assert list(csv_records(text)) == [["a", "", None, "x\r\ny", 'q"q'], ["\u2028", "1"]]
+
+
+def test_verify_names_a_changed_value_a_lost_row_and_a_duplicated_row_by_key(tmp_path: Path) -> None:
+    """Part files edited by hand: one value changed, one row dropped, one row repeated in another file. Verify
+    names each by its key (the truth: the rows the test edited), the changed one with its column and both values."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keyed = "tests.splitsource.custom_connector:KeyedGenerator"
+    out = tmp_path / "out"
+    copy(keyed, OPTIONS, str(out), format="parquet", engine="local", workers=1, max_splits_per_batch=1)
+    first, second = sorted(out.glob("part-*.parquet"))[:2]
+    a, b = pq.read_table(first), pq.read_table(second)
+    changed_id, lost_id, repeated_id = (a.column("id")[3].as_py(), a.column("id")[5].as_py(),
+                                        b.column("id")[0].as_py())
+    names = a.column("name").to_pylist()
+    old_name, names[3] = names[3], "changed by hand"
+    a = a.set_column(a.schema.get_field_index("name"), "name", pa.array(names, pa.string()))
+    pq.write_table(pa.concat_tables([a.slice(0, 5), a.slice(6)]), first)  # row 5 dropped
+    pq.write_table(pa.concat_tables([b, b.slice(0, 1)]), second)  # row 0 twice
+
+    _, source = build_source({"connector": keyed, **OPTIONS})
+    result = verify(source, str(out))
+    assert not result.match and result.lost == 2 and result.extra == 2, result.text()  # the changed row both ways
+    by_kind = {r.kind: r for r in result.rows}
+    assert set(by_kind) == {"changed", "missing", "duplicated"}, result.text()
+    assert by_kind["changed"].key == f"key id={changed_id}"
+    assert by_kind["changed"].columns == (("name", f'"{old_name}"', '"changed by hand"'),), result.text()
+    assert by_kind["changed"].output_at == f"{first.name}, row 4"
+    assert by_kind["missing"].key == f"key id={lost_id}" and by_kind["missing"].output_at == ""
+    assert by_kind["duplicated"].key == f"key id={repeated_id}"
+    assert by_kind["duplicated"].output_at == f"{second.name}, row {b.num_rows + 1:,}"
+    # the same from one process (in other parts of the source: their number follows the workers')
+    def named(rows: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return [(r.kind, r.key, r.columns, r.output_at) for r in rows]
+
+    assert named(verify(source, str(out), workers=1).rows) == named(result.rows)
