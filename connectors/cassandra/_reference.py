@@ -10,44 +10,62 @@ its integer milliseconds instead of a float-derived ``datetime``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from connectors.cassandra._types import exact_protocol_handler, kind
 
-__all__ = ["plain", "reference_rows"]
+__all__ = ["plain", "plainer", "reference_rows"]
 
 
 def plain(value: Any, cql_type: Any) -> Any:
     """One driver value of ``cql_type`` in verify's plain form."""
     if value is None:
         return None
+    convert = plainer(cql_type)
+    return value if convert is None else convert(value)
+
+
+def _nullable(convert: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
+    if convert is None:
+        return lambda v: v
+    return lambda v: None if v is None else convert(v)
+
+
+def plainer(cql_type: Any) -> Callable[[Any], Any] | None:
+    """The function from a driver value (not null) of ``cql_type`` to verify's plain form; None where the driver's
+    value is already plain. Made once per column, so a row costs a call only for the columns that change."""
     k = kind(cql_type)
     if k == "frozen":
-        return plain(value, cql_type.subtypes[0])
+        return plainer(cql_type.subtypes[0])
     if k == "timestamp":
-        return value * 1000  # integer epoch milliseconds (exact protocol handler) to microseconds
+        return lambda v: v * 1000  # integer epoch milliseconds (exact protocol handler) to microseconds
     if k == "date":
-        return value.days_from_epoch
+        return lambda v: v.days_from_epoch
     if k == "time":
-        return value.nanosecond_time
+        return lambda v: v.nanosecond_time
     if k == "duration":
-        return {"months": value.months, "days": value.days, "nanoseconds": value.nanoseconds}
+        return lambda v: {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
     if k in ("varint", "decimal", "uuid", "timeuuid", "inet"):
-        return str(value)
-    if k == "vector":
-        return [plain(x, cql_type.subtype) for x in value]
-    if k in ("list", "set"):
-        return [plain(x, cql_type.subtypes[0]) for x in value]
+        return str
+    if k in ("vector", "list", "set"):
+        element = _nullable(plainer(cql_type.subtype if k == "vector" else cql_type.subtypes[0]))
+        return lambda v: [element(x) for x in v]
     if k == "map":
-        key_type, item_type = cql_type.subtypes
-        return [(plain(key, key_type), plain(item, item_type)) for key, item in value.items()]
+        key, item = (_nullable(plainer(t)) for t in cql_type.subtypes)
+        return lambda v: [(key(a), item(b)) for a, b in v.items()]
     if k in ("tuple", "udt"):
-        names = cql_type.fieldnames if k == "udt" else [f"f{i}" for i in range(len(cql_type.subtypes))]
-        padded = list(value) + [None] * (len(cql_type.subtypes) - len(value))
-        return {str(name): plain(padded[i], t) for i, (name, t) in enumerate(zip(names, cql_type.subtypes,
-                                                                                 strict=True))}
-    return value
+        names = [str(n) for n in cql_type.fieldnames] if k == "udt" else [f"f{i}" for i in
+                                                                          range(len(cql_type.subtypes))]
+        fields = list(zip(names, [_nullable(plainer(t)) for t in cql_type.subtypes], strict=True))
+
+        def record(v: Any) -> dict[str, Any]:
+            values = list(v)
+            values += [None] * (len(fields) - len(values))
+            return {name: convert(x) for (name, convert), x in zip(fields, values, strict=True)}
+
+        return record
+    return None
 
 
 def reference_rows(session: Any, keyspace: str, table: str, selectors: list[str], fetch_size: int,
@@ -66,8 +84,15 @@ def reference_rows(session: Any, keyspace: str, table: str, selectors: list[str]
     for where in restrictions or [""]:
         statement = SimpleStatement(f"{select} WHERE {where}" if where else select, fetch_size=fetch_size)
         result = session.execute(statement)
-        types: list[Any] | None = None
+        converters: list[tuple[int, Callable[[Any], Any]]] | None = None
         for row in result:
-            if types is None:
-                types = list(result.column_types)
-            yield tuple(plain(v, t) for v, t in zip(row, types, strict=True))
+            if converters is None:  # the columns whose driver values are not plain already
+                converters = [(i, f) for i, t in enumerate(result.column_types) if (f := plainer(t)) is not None]
+            if converters:
+                values = list(row)
+                for i, convert in converters:
+                    if values[i] is not None:
+                        values[i] = convert(values[i])
+                yield tuple(values)
+            else:
+                yield tuple(row)
