@@ -15,7 +15,9 @@ JVMs included; Cassandra itself is not counted):
   a full read of every column into the ``noop`` writer): ``spark.read.format("splitsource")``, the Spark Cassandra
   Connector's, and the nearest pure-Python peer's (a Python data source with one partition per token range, written
   in read_phases.py since none installs); and ``format("splitsource")`` reading one column (``columns=id``) and
-  a query on 100 partition keys with the filter pushed to Cassandra and without (``pushdown=false``).
+  a query on 100 partition keys with the filter pushed to Cassandra and without (``pushdown=false``); and Spark's
+  own floor for any Python data source: one that reads nothing, and one that hands Spark the table's rows from
+  memory.
 
 Every method's row count is checked (files are read back) before its time counts. Runs go round-robin,
 ``--repeat`` rounds, and the medians are reported with the ratio of each method's rows/s to ``splitsource copy
@@ -177,6 +179,8 @@ METHODS: dict[str, Callable[[Path], tuple[Measured, int]]] = {
     "scc read + count + noop": read_phases("scc", "--noop"),
     "python peer read + count + noop": read_phases("peer", "--noop"),
     "splitsource read columns=id + count": read_phases("splitsource", "--option", "columns=id"),
+    "floor: empty python source + count + noop": read_phases("floor", "--noop", rows=0),
+    "floor: 1M rows from memory + count + noop": read_phases("floor", "--noop", "--rows", "1000000"),
     "splitsource read + count, 100 keys pushed": read_phases("splitsource", "--where", f"id IN ({KEYS})", rows=100),
     "splitsource read + count, 100 keys not pushed": read_phases(
         "splitsource", "--where", f"id IN ({KEYS})", "--option", "pushdown=false", rows=100),

@@ -9,6 +9,8 @@ column into Spark's ``noop`` writer; prints one JSON line: rows counted and each
 
 - ``splitsource``: ``spark.read.format("splitsource")`` (PySpark 4.3 and this project);
 - ``scc``: the Spark Cassandra Connector 3.5.1 on PySpark 3.5 (it has no Spark 4 release);
+- ``floor``: what any Python data source costs: one that reads nothing from anywhere (``--rows 0``), or hands
+  Spark ``--rows`` rows of the benchmark table's shape built in memory (the cost of moving them into Spark);
 - ``peer``: the nearest pure-Python peer, written here since none installs from the package index: a PySpark
   Python data source for Cassandra with one partition per token range of the ring, the driver's rows as tuples, no
   resume (as alexott/spark-cassandra-data-source reads).
@@ -99,9 +101,55 @@ def _peer_source(host: str) -> Any:
     return PeerDataSource
 
 
+def _floor_source(rows: int) -> Any:
+    """What any Python data source costs in Spark: a source that reads nothing from anywhere (``rows`` 0: no data;
+    else ``rows`` rows of the benchmark table's shape built in memory, Arrow batches handed to Spark)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class Half(InputPartition):
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+    class FloorReader(DataSourceReader):
+        def partitions(self) -> list[Half]:
+            return [Half(0), Half(1)]
+
+        def read(self, partition: Half) -> Iterator[Any]:
+            import pyarrow as pa
+
+            share = rows // 2
+            if not share:
+                return
+            n = 10_000
+            batch = pa.RecordBatch.from_pydict({
+                "id": pa.array(range(n), pa.int64()), "active": pa.array([True] * n),
+                "created": pa.array([1_700_000_000_000_000] * n, pa.timestamp("us", tz="UTC")),
+                "email": pa.array([f"user{i}@example-{i % 97}.com" for i in range(n)]),
+                "name": pa.array([f"user-{i:010d}-abcd" for i in range(n)]),
+                "payload": pa.array([bytes(64)] * n, pa.binary()), "score": pa.array([0.5] * n),
+                "tag": pa.array(["9b2f6d3e-0f55-4a8a-8c1b-6c7d3f1e2a4b"] * n), "visits": pa.array([7] * n, pa.int32()),
+            })
+            for _ in range(share // n):
+                yield batch
+
+    class FloorDataSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "floor"
+
+        def schema(self) -> str:
+            return ("id bigint, active boolean, created timestamp, email string, name string, payload binary, "
+                    "score double, tag string, visits int")
+
+        def reader(self, schema: Any) -> FloorReader:
+            return FloorReader()
+
+    return FloorDataSource
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("method", choices=("splitsource", "scc", "peer"))
+    parser.add_argument("method", choices=("splitsource", "scc", "peer", "floor"))
     parser.add_argument("host")
     parser.add_argument("keyspace")
     parser.add_argument("table")
@@ -110,6 +158,7 @@ def main() -> int:
                         help="an option of splitsource's read (columns=id, pushdown=false)")
     parser.add_argument("--where", default="", help="a filter applied to the DataFrame before count()")
     parser.add_argument("--jars", nargs="*", default=[])
+    parser.add_argument("--rows", type=int, default=0, help="floor: rows built in memory (0: none)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     phases: dict[str, float] = {}
@@ -130,6 +179,9 @@ def main() -> int:
         if args.method == "scc":
             df = spark.read.format("org.apache.spark.sql.cassandra").options(keyspace=args.keyspace,
                                                                              table=args.table).load()
+        elif args.method == "floor":
+            spark.dataSource.register(_floor_source(args.rows))
+            df = spark.read.format("floor").load()
         elif args.method == "peer":
             spark.dataSource.register(_peer_source(args.host))
             df = spark.read.format("pycassandra").options(host=args.host, keyspace=args.keyspace,
