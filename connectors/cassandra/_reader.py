@@ -58,7 +58,7 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
             if host.is_up is False:
                 self._downs.on_down(host)
         self._replica_retries: dict[str, int] = {}
-        self._session.client_protocol_handler = exact_protocol_handler()  # see connectors.cassandra._types
+        self._session.client_protocol_handler = exact_protocol_handler(raw_uuids=True)  # see cassandra._types
         self._statement = self._session.prepare(select_cql)
         self._statement.consistency_level = getattr(ConsistencyLevel, self._options.consistency)
         self._statement.fetch_size = self._options.fetch_size
