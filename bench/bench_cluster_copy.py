@@ -58,6 +58,7 @@ def main() -> int:
                 print(f"round {round_}: {name:46s} {measured.seconds:7.2f} s", flush=True)
                 shutil.rmtree(out)
                 shutil.rmtree(f"{out}.checkpoint")
+                shutil.rmtree(f"{out}.bucketing")  # the output's records (owner, commit log) beside it
     results = {name: {"wall_s": round(statistics.median(m.seconds for m in measured), 2),
                       "rows_per_s": round(args.rows / statistics.median(m.seconds for m in measured)),
                       "runs_s": [round(m.seconds, 2) for m in measured]} for name, measured in runs.items()}

@@ -51,6 +51,7 @@ def main() -> int:
                     times.setdefault(f"{engine} {mode}", []).append(measured.seconds)
                     shutil.rmtree(out, ignore_errors=True)
                     shutil.rmtree(f"{out}.checkpoint", ignore_errors=True)
+                    shutil.rmtree(f"{out}.bucketing", ignore_errors=True)  # the output's records
     finally:
         shutil.rmtree(work, ignore_errors=True)
     medians = {k: statistics.median(v) for k, v in times.items()}

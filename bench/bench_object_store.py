@@ -40,7 +40,7 @@ def _rows(output: str) -> int:
 def _remove(output: str) -> None:
     import pyarrow.fs as pafs
 
-    for target in (output, f"{output}.checkpoint"):
+    for target in (output, f"{output}.checkpoint", f"{output}.bucketing"):  # the records sit beside the output
         if "://" in target:
             fs, path = pafs.FileSystem.from_uri(target)
             fs.delete_dir(path)

@@ -106,6 +106,7 @@ def main() -> int:
                     events.setdefault(f"{engine}, {mode}", []).append(summary.get("events", {}))
                     shutil.rmtree(out, ignore_errors=True)
                     shutil.rmtree(f"{out}.checkpoint", ignore_errors=True)
+                    shutil.rmtree(f"{out}.bucketing", ignore_errors=True)  # the output's records
                     if mode == "a node lost":
                         restart_node(nodes, FIRST + NODES - 1, NODES, num_tokens=4, heap_mb=768, first=FIRST,
                                      cluster_name="bench-replicas", settings=Settings())

@@ -67,6 +67,7 @@ def measure(engine: str, limit: str, value: float, rows: int, workdir: Path, per
         rate = rate * per_row / (1024 * 1024)
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(f"{out}.checkpoint", ignore_errors=True)
+    shutil.rmtree(f"{out}.bucketing", ignore_errors=True)  # the output's records
     return {"engine": engine, "limit": limit, "max_splits_per_batch": per_batch, "value": value, "rows": rows,
             "window_s": round(window, 1),
             "wall_s": round(ended - started, 1), "measured": round(rate, 2), "ratio": round(rate / value, 3)}

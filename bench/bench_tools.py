@@ -76,7 +76,7 @@ def _csv_rows(directory: Path, header: bool) -> int:
 
 
 def _fresh(out: Path) -> Path:
-    for p in (out, out.with_name(out.name + ".checkpoint")):
+    for p in (out, out.with_name(out.name + ".checkpoint"), out.with_name(out.name + ".bucketing")):
         shutil.rmtree(p, ignore_errors=True)
     return out
 
