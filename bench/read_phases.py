@@ -157,6 +157,7 @@ def main() -> int:
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="an option of splitsource's read (columns=id, pushdown=false)")
     parser.add_argument("--where", default="", help="a filter applied to the DataFrame before count()")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting")
     parser.add_argument("--jars", nargs="*", default=[])
     parser.add_argument("--rows", type=int, default=0, help="floor: rows built in memory (0: none)")
     args = parser.parse_args()
@@ -168,6 +169,9 @@ def main() -> int:
     builder = (SparkSession.builder.master("local[2]").appName(f"read {args.method}")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC"))
+    for pair in args.conf:
+        key, _, value = pair.partition("=")
+        builder = builder.config(key, value)
     if args.method == "scc":
         builder = (builder.config("spark.jars", ",".join(args.jars))
                    .config("spark.cassandra.connection.host", args.host))
