@@ -83,3 +83,21 @@ def test_verify_names_a_changed_value_a_lost_row_and_a_duplicated_row_by_key(tmp
         return [(r.kind, r.key, r.columns, r.output_at) for r in rows]
 
     assert named(verify(source, str(out), workers=1).rows) == named(result.rows)
+
+
+def warn_twice() -> int:
+    """Called in a verify worker: a library's warning and one of splitsource's own."""
+    import logging
+
+    logging.getLogger("cassandra.cluster").warning("the driver's own chatter")
+    logging.getLogger("splitsource.verify").warning("a warning of ours")
+    return 7
+
+
+def test_a_verify_worker_prints_only_splitsources_own_warnings(capfd: pytest.CaptureFixture[str]) -> None:
+    from splitsource.copyjob._calls import CallPool
+
+    with CallPool(1) as pool:
+        assert pool.map([(warn_twice, ())]) == [7]
+    err = capfd.readouterr().err
+    assert "a warning of ours" in err and "chatter" not in err, err
