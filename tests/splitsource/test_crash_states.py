@@ -126,12 +126,17 @@ def test_every_crash_state_ends_exact(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not problems, f"{len(problems)} crash state(s) not exact:\n" + "\n".join(problems[:20])
 
 
+_SHOWN_BY = {"mkdir": "sink-batch"}  # where a sync's need was found (the rest: copy-local, the first searched)
+
+
 @pytest.mark.parametrize("point", _fs.SYNC_POINTS)
 def test_each_sync_is_needed(point: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Leave one sync out (in the recorded run only; recovery runs whole): some crash state must then go wrong.
     A sync no state needs would be one this test cannot justify."""
     found: list[str] = []
-    for scenario in sc.SCENARIOS:
+    # the scenario that showed the need last is searched first (the search stops at the first wrong state, and the
+    # others are searched whole before it otherwise: mkdir took 260 s of the suite); every scenario stays in
+    for scenario in sorted(sc.SCENARIOS, key=lambda s: s != _SHOWN_BY.get(point)):
         ops = _record(scenario, tmp_path / scenario, skipped=(point,))
         _, failures = _replay(scenario, ops, tmp_path / scenario, stop_at_first_failure=True)
         if failures:
