@@ -47,6 +47,15 @@ def committed_rows(out: Path | str) -> int:
     return records[-1].total_rows if records else 0
 
 
+def _polled_rows(out: Path | str) -> int:
+    """:func:`committed_rows` as a poll while a copy runs: a read the store fails (an S3 server under load cut a
+    response short, once in ten runs) is a poll that saw nothing new, and the next poll reads again."""
+    try:
+        return committed_rows(out)
+    except OSError:
+        return -1
+
+
 def finished(out: Path) -> dict[str, float]:
     return {str(p.relative_to(out)): p.stat().st_mtime for p in out.rglob("*")
             if p.is_file() and not any(s.startswith(("_", ".")) for s in p.relative_to(out).parts)}
@@ -68,7 +77,7 @@ def kill_and_rerun(args: list[str], out: Path | str, kills: int, seed: int, jitt
         proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True)
         deadline = time.monotonic() + deadline_s
-        while committed_rows(out) <= committed:
+        while _polled_rows(out) <= committed:
             if watch is not None:
                 watch()
             if proc.poll() is not None:
