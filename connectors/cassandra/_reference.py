@@ -1,11 +1,12 @@
 """The rows of a table as ``splitsource verify`` compares them: a plain scan, the driver's own values.
 
-Deliberately apart from the read path: one ``SELECT`` of the plain columns over the whole table (the driver pages
-through it), no splits, no ``toUnixTimestamp``, no record emitter, no Arrow conversion. The driver's values are
-turned into verify's plain form (see ``Source.reference_rows``) by :func:`plain`, a separate walk of the CQL type,
-so a converter bug in ``_types.column_converter`` is not repeated here. The only piece shared with the read path
-is :func:`~connectors.cassandra._types.exact_protocol_handler`, which makes the driver hand over a timestamp as
-its integer milliseconds instead of a float-derived ``datetime``.
+Deliberately apart from the read path: a ``SELECT`` of the plain columns over the whole table, or over one of
+verify's parts (a token range of its own arithmetic, never the enumerator's splits; the driver pages through it), no
+``toUnixTimestamp``, no record emitter, no Arrow conversion. The driver's values are turned into verify's plain
+form (see ``Source.reference_rows``) by :func:`plainer`, a separate walk of the CQL type made once per column, so a
+converter bug in ``_types.column_converter`` is not repeated here. The only piece shared with the read path is
+:func:`~connectors.cassandra._types.exact_protocol_handler` (without its raw uuids), which makes the driver hand
+over a timestamp as its integer milliseconds instead of a float-derived ``datetime``.
 """
 
 from __future__ import annotations
