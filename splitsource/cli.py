@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import sys
@@ -18,28 +17,13 @@ from dataclasses import asdict
 from typing import NoReturn
 
 from splitsource._errors import OptionsError, SplitSourceError
+from splitsource._logs import quiet_logging
 from splitsource.copyjob._signals import Terminated, on_sigterm
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
-
-class _OwnRecords(logging.Filter):
-    """Only splitsource's own log records reach the terminal: py4j logs a stack trace on the root logger for
-    every call a Ctrl-C interrupts, and the Cassandra driver warns about its own configuration."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.name.startswith("splitsource")
-
-
-def _quiet_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("splitsource: %(message)s"))
-    handler.addFilter(_OwnRecords())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.WARNING)
 
 EXAMPLES = """examples:
   splitsource copy --connector cassandra -o hosts=127.0.0.1 -o keyspace=shop -o table=orders \\
@@ -251,7 +235,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _quiet_logging()
+    quiet_logging()
     signal.signal(signal.SIGTERM, on_sigterm)
     code, message = _run(args)
     if message:

@@ -101,11 +101,11 @@ def _portable(exc: BaseException) -> BaseException:
 
 
 def main() -> int:
-    from splitsource.cli import _quiet_logging
+    from splitsource._logs import quiet_logging
     from splitsource.copyjob._worker import _die_with_parent, read_frame, write_frame
 
     _die_with_parent()
-    _quiet_logging()  # as the command's own process: only splitsource's records reach the terminal, not the driver's
+    quiet_logging()  # as the command's own process: only splitsource's records reach the terminal, not the driver's
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a connector's prints must not corrupt the frames
     sys.stdout = sys.stderr
