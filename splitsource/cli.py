@@ -20,6 +20,10 @@ from splitsource._errors import OptionsError, SplitSourceError
 from splitsource._logs import quiet_logging
 from splitsource.copyjob._signals import Terminated, on_sigterm
 
+# splitsource.sink._tables.TABLE_FORMATS' names (the command imports no pyarrow to parse its arguments; a test
+# checks the two agree)
+TABLE_FORMAT_NAMES = ("none", "delta", "iceberg")
+
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
@@ -146,6 +150,10 @@ def _parser() -> argparse.ArgumentParser:
     source_args(copy)
     copy.add_argument("--format", default="parquet", help="parquet (default), jsonl or csv")
     copy.add_argument("--bucketer", default="none", help="none (default), datetime or columns")
+    copy.add_argument("--table-format", choices=TABLE_FORMAT_NAMES, default="none",
+                      help="land the copy as table commits, one per batch: delta (pip install "
+                           "'splitsource[delta]') or iceberg ('splitsource[iceberg]'); the output is the table's "
+                           "location (default: none, plain Parquet files)")
     copy.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                       help="a bucketing sink option (repeat), e.g. bucket_columns=country, part_size_mb=128")
     copy.add_argument("--checkpoint", type=_path, help="checkpoint location (default: <output>.checkpoint)")
@@ -201,8 +209,9 @@ def _copy(args: argparse.Namespace) -> int:
         raise OptionsError("--workers is for --engine local; with --engine spark, --master sets the parallelism")
     summary = copy(
         args.connector, _pairs(args.option, "-o"), args.output, format=args.format, bucketer=args.bucketer,
-        sink_options=_pairs(args.sink_option, "--sink-option"), checkpoint=args.checkpoint,
-        master=args.master or "local[2]", max_splits_per_batch=args.max_splits_per_batch,
+        sink_options={**_pairs(args.sink_option, "--sink-option"),
+                      **({"table_format": args.table_format} if args.table_format != "none" else {})},
+        checkpoint=args.checkpoint, master=args.master or "local[2]", max_splits_per_batch=args.max_splits_per_batch,
         max_rows_per_second=args.max_rows_per_second, max_mb_per_second=args.max_mb_per_second,
         progress=None if args.quiet else Progress(), engine=args.engine, workers=args.workers,
         overwrite=args.overwrite,

@@ -276,6 +276,12 @@ def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], out
     identity = {"version": 1, "connector": connector, "identity": source.identity(),
                 "source": source_fingerprint(source), "output": redact(output), "format": sink.format,
                 "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
+    if sink.table_format != "none":
+        identity["table_format"] = sink.table_format  # a resumed copy does not change the kind of output
+        if overwrite:
+            raise OptionsError(f"--overwrite does not start a {sink.table_format} table over: the table keeps its "
+                               "history, which a copy may not delete; remove the table (its directory and "
+                               "<output>.bucketing) yourself, or copy to a new path")
     origin = dict(source.origin())
     if origin:
         identity["origin"] = origin
@@ -394,5 +400,7 @@ def _describe_output(sink: BucketingSinkOptions, records: BucketingGlobalCommitt
     description = {"format": sink.format, "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns,
                    "csv_header": sink.csv_header, "part_prefix": sink.part_prefix,
                    "part_suffix": sink.names.suffix}
+    if sink.table_format != "none":
+        description.update(table_format=sink.table_format, iceberg_catalog=redact(sink.iceberg_catalog))
     records.fs.write(join(records.meta, SINK_DESCRIPTION), json.dumps(description, indent=2).encode())
 

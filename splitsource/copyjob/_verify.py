@@ -54,6 +54,7 @@ from splitsource.copyjob._protocol import copy_writer_id
 from splitsource.runtime._source_reader import ReaderMetrics, SourceReader
 from splitsource.sink._committer import SUCCESS_FILE, BucketingGlobalCommitter, metadata_location
 from splitsource.sink._files import PartNames, join, writer_of
+from splitsource.sink._tables import table_format
 from splitsource.sink._text import json_fragments, plain_storage
 
 __all__ = ["Digest", "RowDifference", "SplitCheck", "SplitDifference", "VerifyResult", "check_splits",
@@ -211,23 +212,31 @@ def _files(fs: Store, base: str) -> list[tuple[str, str]]:
     return out
 
 
-def foreign_files(output: str, layout: dict[str, Any], token: str | None, records: str = "") -> tuple[str, ...]:
+def foreign_files(output: str, layout: dict[str, Any], token: str | None, records: str = "",
+                  table_files: Sequence[str] | None = None) -> tuple[str, ...]:
     """The files under ``output`` (DuckDB and Polars read every one; Spark and pyarrow.dataset skip names that
     start with ``_`` or ``.``) that no commit of the copy with ownership ``token`` made: not named as its part
-    files are (another writer's, put there by hand, or a transient file of a copy that has not finished)."""
-    fs, base = resolve_filesystem(output)
+    files are (another writer's, put there by hand, or a transient file of a copy that has not finished). For a
+    table, ``table_files`` (its current files: what its readers read) are looked at instead of the directory."""
     names = PartNames(str(layout.get("part_prefix", "part")), str(layout.get("part_suffix", "")))
     mine = copy_writer_id(token) if token else None
     out = []
-    for info in sorted(fs.list(base, recursive=True), key=lambda i: i.path):
-        relative = info.path[len(base) + 1:]
-        if info.is_dir or relative == SUCCESS_FILE or (records and info.path.startswith(records + "/")):
-            continue
+    for relative in table_files if table_files is not None else _listed(output, records):
         parsed = names.parse_finished(relative.rsplit("/", 1)[-1])
         # a task is <partition>-<token>, or <partition>-<writer>-<token> since writers carry an id
         if parsed is None or not _COPY_TASK.fullmatch(parsed[0]) or writer_of(parsed[0]) not in (None, mine):
             out.append(relative)
     return tuple(out)
+
+
+def _listed(output: str, records: str) -> list[str]:
+    fs, base = resolve_filesystem(output)
+    out = []
+    for info in sorted(fs.list(base, recursive=True), key=lambda i: i.path):
+        relative = info.path[len(base) + 1:]
+        if not (info.is_dir or relative == SUCCESS_FILE or (records and info.path.startswith(records + "/"))):
+            out.append(relative)
+    return out
 
 
 _COPY_TASK = re.compile(r"\d{5}(-[A-Za-z0-9]+)?-[0-9a-f]+")
@@ -326,7 +335,11 @@ def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | No
     records = output_records(output, metadata)
     layout = read_layout(records, output)
     owner = read_owner(records)
-    foreign = foreign_files(output, layout, str(owner["token"]) if owner else None, records.meta)
+    records.table = table_format(str(layout.get("table_format", "none")))
+    records.table_catalog = str(layout.get("iceberg_catalog", ""))
+    # a table's output is the files of its current version (what its readers read), not the directory's
+    table_files = records.table.data_files(records) if records.table is not None else None
+    foreign = foreign_files(output, layout, str(owner["token"]) if owner else None, records.meta, table_files)
     workers = workers or os.cpu_count() or 1
     probe = source.reference_rows()
     independent = probe is not None
@@ -338,7 +351,8 @@ def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | No
     fs, base = resolve_filesystem(output)
     fmt = str(layout["format"])
     header = bool(layout.get("csv_header", True))
-    files = tuple(OutputFile(output, path, relative, fmt, header) for path, relative in _files(fs, base))
+    found = [(join(base, r), r) for r in table_files] if table_files is not None else _files(fs, base)
+    files = tuple(OutputFile(output, path, relative, fmt, header) for path, relative in found)
     schema = source.schema()
     keys = tuple(k for k in source.key_columns() if k in schema.names)
     plan = Plan(schema, tuple(_bucket_columns(layout)), frozenset(source.volatile_columns()), keys)

@@ -29,7 +29,9 @@ from splitsource.sink._files import (
     WriterState,
 )
 from splitsource.sink._formats import FORMATS, FileFormat, encode_json_lines
+from splitsource.sink._open_table import open_table
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
+from splitsource.sink._tables import TABLE_FORMATS, TableFormat
 from splitsource.sink._writer import BucketingSinkWriter
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "FORMATS",
     "META_DIR",
     "PENDING_FILE_SERIALIZER",
+    "TABLE_FORMATS",
     "WRITER_STATE_SERIALIZER",
     "BasePathBucketer",
     "Bucketer",
@@ -51,9 +54,11 @@ __all__ = [
     "InProgressFile",
     "PartNames",
     "PendingFile",
+    "TableFormat",
     "WriterState",
     "encode_json_lines",
     "encode_segment",
     "encode_value",
+    "open_table",
     "parse_sink_options",
 ]

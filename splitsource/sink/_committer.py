@@ -7,6 +7,8 @@ Commit protocol (the driver runs it; Spark's ``commit``)::
     3. decide      write the commit record <meta>/log/<seq>.commit  (durable, atomic: the commit point)
     4. finish      rename each pending file to its finished name (never over an existing file); sync the bucket
                    directories; for an overwrite, delete the files replaced
+    4b. publish    with a table format, one table commit adding the files, tagged with the record's number and
+                   made only if the table does not hold that tag yet (splitsource.sink._tables)
     5. done        a stream commit's query record <meta>/queries/<query>.json (its last batch id, kept
                    for ever), then <seq>.done; drop done records beyond the retention; <meta>/_SUCCESS (batch
                    writes; and <base>/_SUCCESS with ``success_file``)
@@ -44,6 +46,7 @@ from serializers import MsgpackRecordSerializer, SerializationError, read_envelo
 from splitsource._errors import OptionsError, OutputOwnedError, SinkError
 from splitsource._fs import Store, as_store, resolve_filesystem, split_uri
 from splitsource.sink._files import PartNames, PendingFile, join, writer_of
+from splitsource.sink._tables import TableFormat, publish
 
 __all__ = [
     "COMMIT_RECORD_SERIALIZER",
@@ -232,6 +235,8 @@ class BucketingGlobalCommitter:
     max_attempts: int = 5
     meta: str = ""
     success_file: bool = False  # also an empty <base>/_SUCCESS when a bounded write completes (Hadoop's marker)
+    table: TableFormat | None = None  # publish each commit into this table format (splitsource.sink._tables)
+    table_catalog: str = ""  # Iceberg: the catalog's URI (empty: SQLite in the records' place)
     _committer: FileCommitter = field(init=False)
 
     def __post_init__(self) -> None:
@@ -301,7 +306,8 @@ class BucketingGlobalCommitter:
 
     def combine(self, files: Sequence[PendingFile], *, kind: str, write_id: str, batch_id: int = -1) -> CommitRecord:
         replaced: tuple[str, ...] = ()
-        if kind == "overwrite":
+        if kind == "overwrite" and self.table is None:  # a table's overwrite is its own commit; files stay for
+            # its earlier versions (time travel) until the table's vacuum or expiry removes them
             listed = {f.finished_path(self.base, self.names) for f in files}
             replaced = tuple(sorted(self._relative(p) for p in self.finished_files() if p not in listed))
         records = self.records()
@@ -490,7 +496,13 @@ class BucketingGlobalCommitter:
         return [p for p in paths if not self.fs.exists(p)]
 
     def finished_files(self) -> list[str]:
-        return [i.path for i in self._walk(self.base, recursive=True) if not i.name.startswith(("_", "."))]
+        return [i.path for i in self._walk(self.base, recursive=True)
+                if not i.name.startswith(("_", ".")) and self._relative(i.path).split("/")[0] not in self._reserved]
+
+    @property
+    def _reserved(self) -> frozenset[str]:
+        """Top-level names of the output that hold a table's own files (its log, its metadata)."""
+        return frozenset(self.table.reserved) if self.table is not None else frozenset()
 
     # -- internals ---------------------------------------------------------------------------------------------
 
@@ -520,6 +532,8 @@ class BucketingGlobalCommitter:
                             f"{todo[0].pending_path(self.base, self.names)}; re-running the write finishes them")
         for bucket in sorted({f.bucket for f in record.files}):
             self.fs.sync_dir(join(self.base, bucket) if bucket else self.base, "publish.dir")
+        if self.table is not None:
+            publish(self, record)  # one table commit, unless the table holds this record's tag already
         for relative in record.replaced:
             self.fs.delete(join(self.base, relative))
         if record.kind == "stream" and record.write_id:

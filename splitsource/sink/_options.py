@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from splitsource._errors import OptionsError
 from splitsource._options import REQUIRED, option, parse_options
@@ -18,6 +18,7 @@ from splitsource.sink._bucketers import (
 from splitsource.sink._committer import BucketingGlobalCommitter, check_metadata, metadata_location
 from splitsource.sink._files import PartNames
 from splitsource.sink._formats import FORMATS, FileFormat
+from splitsource.sink._tables import TABLE_FORMATS, table_format
 
 __all__ = ["BucketingSinkOptions", "parse_sink_options"]
 
@@ -68,6 +69,12 @@ class BucketingSinkOptions:
                                 minimum=2)
     metadata: str = option("", doc="where the sink keeps its commit log and records, on the output's store "
                                    "(default: <path>.bucketing, beside the output, which then holds data files only)")
+    table_format: str = option("none", doc="publish each commit as a table commit: none (plain files), delta or "
+                                           "iceberg (the output path is the table's location; Parquet, bucketer "
+                                           "none, which is then the default)", choices=("none", *TABLE_FORMATS))
+    iceberg_catalog: str = option("", doc="table_format iceberg: the catalog, sqlite:///<file> or a REST catalog's "
+                                          "http(s):// URI (default: SQLite in the records' place, "
+                                          "<path>.bucketing/iceberg.db)")
     success_file: bool = option(False, doc="also write an empty _SUCCESS into the output when a bounded write "
                                            "completes (Hadoop's marker, for schedulers that wait for it; DuckDB and "
                                            "Polars then read the output through a glob, <path>/**/*.parquet)")
@@ -92,7 +99,8 @@ class BucketingSinkOptions:
         """The global committer of this output: its store, its data directory and its records' place."""
         fs, base, meta = metadata_location(self.path, self.metadata)
         return BucketingGlobalCommitter(fs, base, self.names, retention=self.log_retention, meta=meta,
-                                        success_file=self.success_file)
+                                        success_file=self.success_file, table=table_format(self.table_format),
+                                        table_catalog=self.iceberg_catalog)
 
     def make_bucketer(self) -> Bucketer:
         if self.bucketer == "none":
@@ -110,6 +118,15 @@ _SPARK_KEYS = ("checkpointlocation", "queryname", "paths")
 
 def parse_sink_options(raw: Mapping[str, str]) -> BucketingSinkOptions:
     options = parse_options(BucketingSinkOptions, raw, context="format('bucketing')", ignore=_SPARK_KEYS)
+    table = table_format(options.table_format)
+    if table is not None:
+        if "bucketer" not in {k.lower() for k in raw}:
+            options = replace(options, bucketer="none")  # a table's rows are not put in processing-time folders
+        table.require()
+        table.check(file_format=options.format, bucketer=options.bucketer, path=options.path,
+                    catalog=options.iceberg_catalog)
+    elif options.iceberg_catalog:
+        raise OptionsError("option 'iceberg_catalog' is only used with table_format 'iceberg'")
     if options.bucket_columns and options.bucketer != "columns":
         raise OptionsError("option 'bucket_columns' is only used with bucketer 'columns' "
                            f"(bucketer is {options.bucketer!r})")

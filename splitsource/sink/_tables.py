@@ -1,0 +1,394 @@
+"""Table formats: the sink's commits published as Delta Lake or Apache Iceberg table commits, exactly once.
+
+The commit log stays the write-ahead record (:mod:`splitsource.sink._committer`). Publishing a logged commit's
+part files into the table is one more step of finishing it, after the renames and before its ``.done`` mark::
+
+    decide   <meta>/log/<seq>.commit            the commit point, as for plain files
+    finish   rename pending -> finished, sync the directories
+    publish  one table commit adding those files, tagged (log id, seq)      <- this module
+    done     <meta>/log/<seq>.done
+
+A crash after the table commit and before ``.done`` is finished again by the next run's recovery, which finds its
+tag in the table and makes no second commit. The tag is read from the table's own state, in the same commit as the
+files, so it holds whatever the history's retention:
+
+- Delta: the commit's ``txn`` action (application id ``splitsource-<log id>``, version ``seq``), read back with
+  ``DeltaTable.transaction_version`` (delta-rs, ``pip install 'splitsource[delta]'``).
+- Iceberg: the table property ``splitsource.<log id>.seq`` set in the same transaction as ``add_files``
+  (pyiceberg, ``pip install 'splitsource[iceberg]'``). The catalog is pyiceberg's SQL catalog on SQLite in the
+  records' place (``<meta>/iceberg.db``) unless ``iceberg_catalog`` names one (``sqlite:///...`` or a REST
+  catalog's ``http(s)://`` URI).
+
+The log id is made once per output's records (``<meta>/table.json``): records made again from nothing (the
+records' place deleted) get a new id, so their commit numbers, starting over, are never taken for ones the table
+already holds. The table's schema is the part files' Arrow schema; every commit's schema must equal it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from splitsource._errors import OptionsError, SinkError
+from splitsource._fs import Store
+from splitsource.sink._files import PartNames, PendingFile, join
+
+
+class CommitRecord(Protocol):
+    """What a table commit reads of the sink's commit record (:class:`splitsource.sink.CommitRecord`)."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def write_id(self) -> str: ...
+    @property
+    def batch_id(self) -> int: ...
+    @property
+    def files(self) -> tuple[PendingFile, ...]: ...
+    @property
+    def rows(self) -> int: ...
+
+
+class BucketingGlobalCommitter(Protocol):
+    """What a table format reads of the sink's committer (:class:`splitsource.sink.BucketingGlobalCommitter`,
+    which imports this module)."""
+
+    fs: Store
+    base: str
+    meta: str
+    names: PartNames
+    table: TableFormat | None
+    table_catalog: str
+
+__all__ = ["TABLE_FORMATS", "TABLE_RECORD", "TableCommit", "TableFormat", "publish", "table_format"]
+
+TABLE_RECORD = "table.json"  # in the records: the table format and the log id its commits are tagged with
+TAG = "splitsource"  # prefix of the tags: Delta's application id, Iceberg's properties
+
+
+@dataclass(frozen=True)
+class TableCommit:
+    """One table commit as the table's history shows it: its version (Delta) or snapshot id (Iceberg), and the
+    tag it carries (None: not made by this sink)."""
+
+    version: int
+    seq: int | None
+    log_id: str | None
+    rows: int
+
+
+class TableFormat(ABC):
+    """A table format the sink publishes its commits into. Subclasses name their package and extra, the names at
+    the top of the output the table keeps its own files under, and four operations on the table."""
+
+    name: ClassVar[str]
+    package: ClassVar[str]  # the module imported
+    extra: ClassVar[str]  # pip install 'splitsource[<extra>]'
+    reserved: ClassVar[tuple[str, ...]]  # top-level names of the output that hold the table's metadata
+
+    def require(self) -> None:
+        """Refuse, in one line, a table format whose package is not installed."""
+        try:
+            __import__(self.package)
+        except ImportError:
+            raise OptionsError(f"table_format {self.name!r} needs the {self.package} package: "
+                               f"pip install 'splitsource[{self.extra}]'") from None
+
+    def check(self, *, file_format: str, bucketer: str, path: str, catalog: str) -> None:
+        """Refuse what this format cannot hold, before anything is written."""
+        if file_format != "parquet":
+            raise OptionsError(f"table_format {self.name!r} holds Parquet part files: format {file_format!r} "
+                               "cannot go into a table (drop the format option, or the table format)")
+        if bucketer != "none":
+            raise OptionsError(f"table_format {self.name!r} writes unpartitioned tables for now: bucketer "
+                               f"{bucketer!r} is refused (use bucketer 'none')")
+
+    @abstractmethod
+    def open(self, committer: BucketingGlobalCommitter) -> Any:
+        """The table as its Python library opens it (None: no table yet)."""
+
+    @abstractmethod
+    def published(self, committer: BucketingGlobalCommitter, log_id: str) -> int:
+        """The highest commit number of log ``log_id`` the table holds (-1: none, or no table yet)."""
+
+    @abstractmethod
+    def publish(self, committer: BucketingGlobalCommitter, log_id: str, record: CommitRecord,
+                schema: pa.Schema | None) -> None:
+        """Make one table commit adding ``record``'s finished files (an overwrite replaces the table's rows),
+        tagged ``(log_id, record.seq)``. ``schema``: the files' schema (None: the record has no file)."""
+
+    @abstractmethod
+    def data_files(self, committer: BucketingGlobalCommitter) -> list[str]:
+        """The files of the table's current version, relative to the output (empty: no table yet)."""
+
+    @abstractmethod
+    def history(self, committer: BucketingGlobalCommitter) -> list[TableCommit]:
+        """Every commit of the table, oldest first."""
+
+
+def _local_uri(committer: BucketingGlobalCommitter) -> str:
+    if not committer.fs.local:
+        raise SinkError(f"table formats write to a local or mounted file system for now; {committer.base} is on an "
+                        "object store")
+    return os.path.abspath(committer.base)
+
+
+def _file_schema(committer: BucketingGlobalCommitter, record: CommitRecord) -> pa.Schema | None:
+    if not record.files:
+        return None
+    with committer.fs.open_input(record.files[0].finished_path(committer.base, committer.names)) as stream:
+        schema = pq.read_schema(stream)
+    return schema.remove_metadata()
+
+
+def _tags(record: CommitRecord, log_id: str) -> dict[str, str]:
+    return {f"{TAG}.log": log_id, f"{TAG}.seq": str(record.seq), f"{TAG}.write-id": record.write_id,
+            f"{TAG}.batch-id": str(record.batch_id), f"{TAG}.rows": str(record.rows)}
+
+
+class DeltaFormat(TableFormat):
+    """Delta Lake through delta-rs: the part files become ``add`` actions of one commit with a ``txn`` action."""
+
+    name = "delta"
+    package = "deltalake"
+    extra = "delta"
+    reserved = ("_delta_log",)
+
+    @staticmethod
+    def _app(log_id: str) -> str:
+        return f"{TAG}-{log_id}"
+
+    def open(self, committer: BucketingGlobalCommitter) -> Any:
+        return self._table(committer)
+
+    def _table(self, committer: BucketingGlobalCommitter) -> Any:
+        from deltalake import DeltaTable
+
+        uri = _local_uri(committer)
+        return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
+
+    def published(self, committer: BucketingGlobalCommitter, log_id: str) -> int:
+        table = self._table(committer)
+        if table is None:
+            return -1
+        version = table.transaction_version(self._app(log_id))
+        return -1 if version is None else int(version)
+
+    def publish(self, committer: BucketingGlobalCommitter, log_id: str, record: CommitRecord,
+                schema: pa.Schema | None) -> None:
+        from deltalake import CommitProperties, Transaction
+        from deltalake.schema import Schema as DeltaSchema
+        from deltalake.transaction import AddAction, create_table_with_add_actions
+
+        now = int(time.time() * 1000)
+        actions = [AddAction(path=_relative(f.finished_path(committer.base, committer.names), committer.base),
+                             size=f.size, partition_values={}, modification_time=now, data_change=True,
+                             stats=json.dumps({"numRecords": f.rows}))
+                   for f in record.files]
+        properties = CommitProperties(custom_metadata=_tags(record, log_id),
+                                      app_transactions=[Transaction(self._app(log_id), record.seq)])
+        mode = "overwrite" if record.kind == "overwrite" else "append"
+        table = self._table(committer)
+        if table is None:
+            if schema is None:
+                return  # nothing to add to a table not made yet: it is made by the first commit with rows
+            create_table_with_add_actions(_local_uri(committer), DeltaSchema.from_arrow(schema), actions,
+                                          mode="error", commit_properties=properties)
+            return
+        table_schema = table.schema().to_arrow()
+        if schema is not None:
+            _check_schema(self.name, committer.base, pa.schema(table_schema), schema)
+        table.create_write_transaction(actions, mode, table_schema, commit_properties=properties)
+
+    def data_files(self, committer: BucketingGlobalCommitter) -> list[str]:
+        table = self._table(committer)
+        if table is None:
+            return []
+        root = _local_uri(committer)
+        return sorted(_relative(uri.removeprefix("file://"), root) for uri in table.file_uris())
+
+    def history(self, committer: BucketingGlobalCommitter) -> list[TableCommit]:
+        table = self._table(committer)
+        if table is None:
+            return []
+        out = []
+        for entry in sorted(table.history(), key=lambda e: int(e["version"])):
+            seq = entry.get(f"{TAG}.seq")
+            out.append(TableCommit(int(entry["version"]), int(seq) if seq is not None else None,
+                                   entry.get(f"{TAG}.log"), int(entry.get(f"{TAG}.rows", 0))))
+        return out
+
+
+class IcebergFormat(TableFormat):
+    """Apache Iceberg through pyiceberg: the part files are added (``add_files``, no rewrite) in one transaction
+    that also sets the tag property."""
+
+    name = "iceberg"
+    package = "pyiceberg"
+    extra = "iceberg"
+    reserved = ("metadata",)
+    NAMESPACE = "splitsource"
+
+    def check(self, *, file_format: str, bucketer: str, path: str, catalog: str) -> None:
+        super().check(file_format=file_format, bucketer=bucketer, path=path, catalog=catalog)
+        if catalog and not re.match(r"(sqlite:///|https?://)", catalog):
+            raise OptionsError(f"option 'iceberg_catalog': {catalog!r} is neither sqlite:///<file> nor a REST "
+                               "catalog's http(s):// URI")
+
+    def catalog(self, committer: BucketingGlobalCommitter) -> Any:
+        uri = committer.table_catalog or f"sqlite:///{os.path.abspath(join(committer.meta, 'iceberg.db'))}"
+        if uri.startswith("sqlite:///"):
+            from pyiceberg.catalog.sql import SqlCatalog
+
+            return SqlCatalog(TAG, uri=uri, warehouse=f"file://{os.path.abspath(committer.meta)}")
+        from pyiceberg.catalog.rest import RestCatalog
+
+        return RestCatalog(TAG, uri=uri)
+
+    def identifier(self, committer: BucketingGlobalCommitter) -> tuple[str, str]:
+        name = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(committer.base.rstrip("/"))) or "output"
+        return (self.NAMESPACE, name)
+
+    def open(self, committer: BucketingGlobalCommitter) -> Any:
+        return self.table(committer)
+
+    def table(self, committer: BucketingGlobalCommitter) -> Any:
+        """The output's table as pyiceberg loads it (None: no table yet): ``polars.scan_iceberg(table)``."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        _local_uri(committer)
+        if committer.table_catalog == "" and not committer.fs.exists(join(committer.meta, "iceberg.db")):
+            return None
+        try:
+            return self.catalog(committer).load_table(self.identifier(committer))
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return None
+
+    @staticmethod
+    def _key(log_id: str) -> str:
+        return f"{TAG}.{log_id}.seq"
+
+    def published(self, committer: BucketingGlobalCommitter, log_id: str) -> int:
+        table = self.table(committer)
+        return -1 if table is None else int(table.properties.get(self._key(log_id), -1))
+
+    def publish(self, committer: BucketingGlobalCommitter, log_id: str, record: CommitRecord,
+                schema: pa.Schema | None) -> None:
+        table = self.table(committer)
+        if table is None:
+            if schema is None:
+                return
+            catalog = self.catalog(committer)
+            catalog.create_namespace_if_not_exists(self.NAMESPACE)
+            table = catalog.create_table(self.identifier(committer), schema=schema,
+                                         location=f"file://{_local_uri(committer)}")
+        elif schema is not None:
+            _check_schema(self.name, committer.base, table.schema().as_arrow(), schema)
+        paths = [f"file://{os.path.abspath(f.finished_path(committer.base, committer.names))}" for f in record.files]
+        with table.transaction() as tx:
+            if record.kind == "overwrite":
+                from pyiceberg.expressions import AlwaysTrue
+
+                tx.delete(AlwaysTrue())
+            if paths:
+                tx.add_files(paths, snapshot_properties=_tags(record, log_id), check_duplicate_files=False)
+            tx.set_properties({self._key(log_id): str(record.seq)})
+
+    def data_files(self, committer: BucketingGlobalCommitter) -> list[str]:
+        table = self.table(committer)
+        if table is None or table.current_snapshot() is None:
+            return []
+        root = f"file://{_local_uri(committer)}/"
+        return sorted(task.file.file_path[len(root):] for task in table.scan().plan_files())
+
+    def history(self, committer: BucketingGlobalCommitter) -> list[TableCommit]:
+        table = self.table(committer)
+        if table is None:
+            return []
+        out = []
+        for snapshot in sorted(table.snapshots(), key=lambda s: s.timestamp_ms):
+            summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+            seq = summary.get(f"{TAG}.seq")
+            out.append(TableCommit(snapshot.snapshot_id, int(seq) if seq is not None else None,
+                                   summary.get(f"{TAG}.log"), int(summary.get(f"{TAG}.rows", 0))))
+        return out
+
+
+def _relative(path: str, base: str) -> str:
+    return path[len(base.rstrip("/")) + 1:]
+
+
+def _check_schema(name: str, base: str, table: pa.Schema, files: pa.Schema) -> None:
+    wanted = [(f.name, f.type) for f in table]
+    got = [(f.name, f.type) for f in files]
+    if [n for n, _ in wanted] != [n for n, _ in got]:
+        raise SinkError(f"the {name} table {base} has columns {', '.join(n for n, _ in wanted)}; this write has "
+                        f"{', '.join(n for n, _ in got)}: a table keeps one schema; write to another path")
+
+
+TABLE_FORMATS: dict[str, TableFormat] = {f.name: f for f in (DeltaFormat(), IcebergFormat())}
+
+
+def table_format(name: str) -> TableFormat | None:
+    """The table format called ``name`` ('' or 'none': plain files)."""
+    if name in ("", "none"):
+        return None
+    try:
+        return TABLE_FORMATS[name]
+    except KeyError:
+        raise OptionsError(f"option 'table_format': {name!r} is not one of none, "
+                           f"{', '.join(TABLE_FORMATS)}") from None
+
+
+def log_id(committer: BucketingGlobalCommitter, fmt: TableFormat) -> str:
+    """The id this output's records tag table commits with, made once (``<meta>/table.json``); records of another
+    table format are refused."""
+    path = join(committer.meta, TABLE_RECORD)
+    try:
+        found = json.loads(committer.fs.read_text(path))
+    except FileNotFoundError:
+        found = None
+    except (ValueError, UnicodeDecodeError):
+        raise SinkError(f"{path} is corrupt; the output's commit history is damaged: move the output aside rather "
+                        "than writing into it") from None
+    if found is None:
+        committer.fs.make_dirs(committer.meta)
+        body = json.dumps({"format": fmt.name, "log": uuid.uuid4().hex}).encode()
+        try:
+            committer.fs.write(path, body, exclusive=True)  # durable: a lost id would let a commit be made twice
+            found = json.loads(body)
+        except FileExistsError:
+            found = json.loads(committer.fs.read_text(path))
+    if not isinstance(found, dict) or found.get("format") != fmt.name:
+        raise SinkError(f"{committer.base} is a {found.get('format') if isinstance(found, dict) else '?'} table's "
+                        f"output; this write asks for table_format {fmt.name!r}: write to another path")
+    return str(found["log"])
+
+
+def publish(committer: BucketingGlobalCommitter, record: CommitRecord) -> bool:
+    """Publish ``record`` into the output's table unless the table holds its tag already; returns whether a
+    commit was made."""
+    fmt = committer.table
+    assert fmt is not None
+    log = log_id(committer, fmt)
+    if fmt.published(committer, log) >= record.seq:
+        return False
+    fmt.publish(committer, log, record, _file_schema(committer, record))
+    return True
+
+
+def reserved_names(formats: Sequence[TableFormat] = tuple(TABLE_FORMATS.values())) -> frozenset[str]:
+    return frozenset(n for f in formats for n in f.reserved)
+

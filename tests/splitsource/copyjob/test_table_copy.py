@@ -1,0 +1,90 @@
+"""``splitsource copy --table-format delta|iceberg`` as a user runs it: killed with SIGKILL ten times (whole process
+groups, and the coordinator alone), run again to the end; then the table, as Polars reads it through delta-rs or
+pyiceberg, holds every row the source holds exactly once, ``verify`` (which reads the table's current files) says
+MATCH, and the table's history holds exactly one commit per committed batch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from splitsource.sink import open_table, parse_sink_options
+from tests.splitsource.copyjob.test_copy import kill_and_rerun, run
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROWS = 80_000
+GEN = ["--connector", "generator", "-o", f"rows={ROWS}", "-o", "split_rows=4000", "-o", "batch_rows=500",
+       "-o", "fetch_delay_ms=40", "-o", "columns=id:bigint,name:string?,score:double,at:timestamp"]
+ENGINES = {"local": ["--engine", "local", "--workers", "2"], "spark": []}
+
+
+@pytest.fixture(autouse=True)
+def _pyiceberg_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+
+
+def table_frame(out: Path, fmt: str) -> pl.DataFrame:
+    return pl.read_delta(str(out)) if fmt == "delta" else pl.scan_iceberg(open_table(str(out))).collect()
+
+
+def logged_and_tagged(out: Path, fmt: str) -> tuple[int, list[int]]:
+    """The number of the last commit the sink logged, and the commit numbers the table's history carries."""
+    committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()
+    records = committer.records()
+    assert committer.table is not None and records
+    return records[-1][0].seq, [c.seq for c in committer.table.history(committer) if c.seq is not None]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_table_copy_killed_ten_times_holds_every_row_once_and_one_commit_per_batch(
+        tmp_path: Path, fmt: str, engine: str) -> None:
+    out = tmp_path / "table"
+    args = ["copy", *GEN, *ENGINES[engine], "--output", str(out), "--table-format", fmt,
+            "--max-splits-per-batch", "1", "--quiet"]
+    stdout = kill_and_rerun(args, out, kills=10, seed=31 if fmt == "delta" else 37, jitter=0.4,
+                            coordinator_alone=lambda kill: kill % 3 == 2)
+    assert f"copy finished: {ROWS:,} rows" in stdout
+    frame = table_frame(out, fmt)
+    assert frame.height == ROWS and sorted(frame["id"].to_list()) == list(range(ROWS))
+    last, tagged = logged_and_tagged(out, fmt)
+    assert tagged == list(range(1, last + 1)), f"table commits by log number: {tagged} (logged 1..{last})"
+    check = run(["verify", *GEN, "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+
+
+def test_verify_reads_the_table_not_the_directory(tmp_path: Path) -> None:
+    """A part file the table does not list is not counted; a file of the table that is gone is a mismatch."""
+    out = tmp_path / "table"
+    small = [a.replace(f"rows={ROWS}", "rows=20000") for a in GEN]
+    result = run(["copy", *small, "--output", str(out), "--table-format", "delta", "--engine", "local",
+                  "--max-splits-per-batch", "2", "--quiet"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    files = sorted(out.glob("part-*.parquet"))
+    stray = out / "part-00009-000000000000-ffffffffffffffffffffffff-0.parquet"
+    stray.write_bytes(files[0].read_bytes())  # a copy of a table file that no commit added
+    check = run(["verify", *small, "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+    stray.unlink()
+    os.rename(files[0], tmp_path / "aside.parquet")  # a file the table lists, gone
+    check = run(["verify", *small, "--output", str(out)])
+    assert check.returncode != 0, check.stdout + check.stderr
+
+
+def test_table_copy_refusals_are_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "table"
+    for extra, message in ((["--format", "csv"], "format 'csv' cannot go into a table"),
+                           (["--bucketer", "datetime"], "bucketer 'datetime' is refused")):
+        result = run(["copy", *GEN[:4], "--output", str(out), "--table-format", "delta", *extra])
+        assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert run(["copy", *GEN[:4], "--output", str(out), "--table-format", "delta", "--engine", "local",
+                "--quiet"]).returncode == 0
+    result = run(["copy", *GEN[:4], "--output", str(out), "--table-format", "delta", "--engine", "local",
+                  "--overwrite"])
+    assert result.returncode == 2 and "--overwrite does not start a delta table over" in result.stderr
+    result = run(["copy", *GEN[:4], "--output", str(out), "--table-format", "iceberg", "--engine", "local"])
+    assert result.returncode != 0 and "table_format" in result.stderr, result.stderr

@@ -1,0 +1,196 @@
+"""Table formats without Spark: each commit of the sink becomes exactly one Delta or Iceberg commit, also when the
+process stops between the table commit and the commit's ``done`` mark (the fault injected at that exact point),
+read back by the table's own readers (delta-rs and pyiceberg through Polars) against the rows written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from splitsource import OptionsError, SinkError
+from splitsource.sink import BucketingSinkWriter, open_table, parse_sink_options
+from splitsource.sink import _committer as committer_module
+from splitsource.sink._committer import BucketingGlobalCommitter
+
+FORMATS = ("delta", "iceberg")
+
+
+@pytest.fixture(autouse=True)
+def _pyiceberg_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Polars plans Iceberg scans through pyiceberg here (its own planner is a package of its own) and says so
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+
+
+def batch(start: int, n: int) -> pa.RecordBatch:
+    names = [f"n{i}" if i % 7 else None for i in range(start, start + n)]
+    return pa.record_batch({"id": pa.array(range(start, start + n), pa.int64()), "name": pa.array(names, pa.string())})
+
+
+def committer_of(out: Path, fmt: str) -> tuple[Any, BucketingGlobalCommitter]:
+    options = parse_sink_options({"path": str(out), "table_format": fmt})
+    return options, options.committer()
+
+
+def write(out: Path, fmt: str, start: int, n: int, seq_task: str) -> tuple[BucketingGlobalCommitter, Any]:
+    """One batch of rows [start, start + n) written into pending files, returned with its commit record."""
+    options, committer = committer_of(out, fmt)
+    writer = BucketingSinkWriter(options, batch(0, 1).schema, committer.fs, committer.base, task=seq_task)
+    writer.write(batch(start, n))
+    files = writer.prepare_commit(end_of_input=True)
+    return committer, committer.combine(files, kind="stream", write_id="q", batch_id=start)
+
+
+def table_ids(out: Path, fmt: str) -> list[int]:
+    """The ids the table's readers see: Polars through delta-rs, or through pyiceberg."""
+    frame = pl.read_delta(str(out)) if fmt == "delta" else pl.scan_iceberg(open_table(str(out))).collect()
+    return sorted(frame["id"].to_list())
+
+
+def tagged(out: Path, fmt: str) -> list[int]:
+    """The commit numbers the table's history carries, one per table commit made by the sink."""
+    _, committer = committer_of(out, fmt)
+    assert committer.table is not None
+    return [c.seq for c in committer.table.history(committer) if c.seq is not None]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_commit_is_one_table_commit_read_back_exactly(tmp_path: Path, fmt: str) -> None:
+    out = tmp_path / "t"
+    for i in range(3):
+        committer, record = write(out, fmt, i * 100, 100, f"0000{i}-w")
+        committer.commit(record)
+    assert table_ids(out, fmt) == list(range(300))
+    assert tagged(out, fmt) == [1, 2, 3]
+    _, committer = committer_of(out, fmt)
+    assert committer.table is not None
+    assert len(committer.table.data_files(committer)) == 3
+    assert len(committer.finished_files()) == 3  # the table's own files are not part files
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_stop_after_the_table_commit_before_done_makes_no_second_commit(tmp_path: Path, fmt: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "t"
+    committer, record = write(out, fmt, 0, 100, "00000-w")
+    committer.commit(record)
+    committer, record = write(out, fmt, 100, 100, "00001-w")
+    stops = []
+    real = committer_module.publish
+
+    def publish_then_stop(c: BucketingGlobalCommitter, r: Any) -> bool:
+        made = real(c, r)
+        stops.append(made)
+        raise KeyboardInterrupt("stopped after the table commit, before the done mark")
+
+    monkeypatch.setattr(committer_module, "publish", publish_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        committer.commit(record)
+    assert stops == [True], "the fault did not land after a table commit"
+    assert not (out.parent / "t.bucketing" / "log" / f"{record.seq:020d}.done").exists()
+    monkeypatch.setattr(committer_module, "publish", real)
+    _, again = committer_of(out, fmt)
+    assert [r.seq for r in again.recover()] == [record.seq]  # the next run finishes the logged commit
+    assert tagged(out, fmt) == [1, 2]  # ...without a second table commit
+    assert table_ids(out, fmt) == list(range(200))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_stop_after_the_log_record_before_the_table_commit_publishes_once_on_recovery(
+        tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "t"
+    committer, record = write(out, fmt, 0, 100, "00000-w")
+
+    def stop(c: BucketingGlobalCommitter, r: Any) -> bool:
+        raise KeyboardInterrupt("stopped after the log record, before the table commit")
+
+    monkeypatch.setattr(committer_module, "publish", stop)
+    with pytest.raises(KeyboardInterrupt):
+        committer.commit(record)
+    assert (out.parent / "t.bucketing" / "log" / f"{record.seq:020d}.commit").exists()
+    monkeypatch.undo()
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+    _, again = committer_of(out, fmt)
+    again.recover()
+    again.recover()  # a second recovery finds nothing left to do
+    assert tagged(out, fmt) == [1]
+    assert table_ids(out, fmt) == list(range(100))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_records_made_again_from_nothing_are_not_taken_for_the_table_s_earlier_commits(tmp_path: Path,
+                                                                                      fmt: str) -> None:
+    """The records' place deleted (the log starts again at commit 1): the table already holds a commit 1 of the
+    old log; the new log's commit 1 must still be made, not skipped as published."""
+    out = tmp_path / "t"
+    committer, record = write(out, fmt, 0, 100, "00000-w")
+    committer.commit(record)
+    catalog = tmp_path / "catalog.db"
+    if fmt == "iceberg":  # the default catalog lives in the records' place: keep the table's catalog apart
+        shutil.copy(tmp_path / "t.bucketing" / "iceberg.db", catalog)
+    shutil.rmtree(tmp_path / "t.bucketing")
+    extra = {"iceberg_catalog": f"sqlite:///{catalog}"} if fmt == "iceberg" else {}
+    options = parse_sink_options({"path": str(out), "table_format": fmt, **extra})
+    committer = options.committer()
+    writer = BucketingSinkWriter(options, batch(0, 1).schema, committer.fs, committer.base, task="00001-w")
+    writer.write(batch(100, 50))
+    record = committer.combine(writer.prepare_commit(end_of_input=True), kind="stream", write_id="q", batch_id=0)
+    assert record.seq == 1
+    committer.commit(record)
+    assert committer.table is not None
+    assert [c.seq for c in committer.table.history(committer) if c.seq is not None] == [1, 1]
+    frame = (pl.read_delta(str(out)) if fmt == "delta" else
+             pl.scan_iceberg(open_table(str(out), iceberg_catalog=f"sqlite:///{catalog}")).collect())
+    assert sorted(frame["id"].to_list()) == list(range(150))
+
+
+def test_records_of_one_table_format_refuse_the_other(tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    committer, record = write(out, "delta", 0, 10, "00000-w")
+    committer.commit(record)
+    committer, record = write(out, "iceberg", 10, 10, "00001-w")
+    with pytest.raises(SinkError, match="is a delta table's output; this write asks for table_format 'iceberg'"):
+        committer.commit(record)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"format": "csv"}, "format 'csv' cannot go into a table"),
+    ({"bucketer": "datetime"}, "bucketer 'datetime' is refused"),
+    ({"table_format": "hudi"}, "'hudi'"),
+    ({"iceberg_catalog": "sqlite:////tmp/c.db"}, "only used with table_format 'iceberg'"),
+    ({"table_format": "iceberg", "iceberg_catalog": "thrift://hive:9083"}, "neither sqlite"),
+])
+def test_what_a_table_cannot_hold_is_refused_in_one_line(tmp_path: Path, options: dict[str, str],
+                                                         message: str) -> None:
+    raw = {"path": str(tmp_path / "t"), "table_format": "delta", **options}
+    if "iceberg_catalog" in options and options.get("table_format") is None:
+        raw["table_format"] = "none"
+    with pytest.raises(OptionsError, match=message) as caught:
+        parse_sink_options(raw)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_missing_package_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def no_deltalake(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "deltalake":
+            raise ImportError("No module named 'deltalake'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_deltalake)
+    with pytest.raises(OptionsError, match=r"pip install 'splitsource\[delta\]'"):
+        parse_sink_options({"path": str(tmp_path / "t"), "table_format": "delta"})
+
+
+def test_the_command_offers_the_table_formats_there_are() -> None:
+    from splitsource.cli import TABLE_FORMAT_NAMES
+    from splitsource.sink import TABLE_FORMATS
+
+    assert TABLE_FORMAT_NAMES == ("none", *TABLE_FORMATS)
