@@ -298,6 +298,10 @@ class IcebergFormat(TableFormat):
             _check_schema(self.name, committer.base, table.schema().as_arrow(), schema)
         paths = [f"file://{os.path.abspath(f.finished_path(committer.base, committer.names))}" for f in record.files]
         with table.transaction() as tx:
+            counts_only = {key: "counts" for key in _temporal_metrics(table.schema())
+                           if table.properties.get(key) != "counts"}
+            if counts_only:
+                tx.set_properties(counts_only)
             if record.kind == "overwrite":
                 from pyiceberg.expressions import AlwaysTrue
 
@@ -324,6 +328,23 @@ class IcebergFormat(TableFormat):
             out.append(TableCommit(snapshot.snapshot_id, int(seq) if seq is not None else None,
                                    summary.get(f"{TAG}.log"), int(summary.get(f"{TAG}.rows", 0))))
         return out
+
+
+def _temporal_metrics(schema: Any) -> list[str]:
+    """The metrics properties that keep only counts for every date and timestamp column (nested ones too):
+    pyiceberg reads a file's min and max as Python dates, which end at year 9999, where Cassandra's dates and
+    timestamps go on for millions of years; those columns get no bounds (readers scan them unpruned)."""
+    from pyiceberg.types import DateType, TimestampType, TimestamptzType
+
+    out = []
+    for field_id in range(1, schema.highest_field_id + 1):
+        try:
+            field = schema.find_field(field_id)
+        except ValueError:
+            continue
+        if isinstance(field.field_type, DateType | TimestampType | TimestamptzType):
+            out.append(f"write.metadata.metrics.column.{schema.find_column_name(field_id)}")
+    return out
 
 
 def _relative(path: str, base: str) -> str:

@@ -369,3 +369,44 @@ def test_a_bucket_value_too_long_for_a_file_name_fails_the_copy_in_one_line(node
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "bucket column 'k'" in lines[0] and "over the 255 bytes a file name can hold" in lines[0], lines[0]
+
+
+def _pyiceberg_reads(table: pa.Table, want: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """What pyiceberg's own reader gives for ``want``: a null list of structs comes back as an empty list
+    (apache/iceberg-python#3833, open; the file holds the null, which Polars and Spark read back). Only those
+    cells are changed, so the test notices when pyiceberg is fixed."""
+    def list_of_struct(t: pa.DataType) -> bool:
+        return pa.types.is_list(t) and pa.types.is_struct(t.value_type)
+
+    columns = {f.name for f in table.schema if list_of_struct(f.type)}
+    return {rid: {k: ([] if k in columns and v is None else v) for k, v in row.items()} for rid, row in want.items()}
+
+
+@pytest.mark.parametrize("table_format", ["delta", "iceberg"])
+def test_every_cql_type_lands_exactly_in_a_table(node: Any, tmp_path: Path, table_format: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read back by the table's own reader (delta-rs, pyiceberg) and by Polars through it, against the inserted
+    values."""
+    import polars as pl
+
+    from splitsource.sink import open_table
+
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+    for ks, columns in ((KS, COLUMNS), (VECTOR_KS, VECTOR_COLUMNS)):
+        out = tmp_path / f"{ks}-{table_format}"
+        summary = copy("cassandra", options(node, ks), str(out), engine="local",
+                       sink_options={"table_format": table_format})
+        assert summary.total_rows == 4
+        where = f"{ks} {table_format}"
+        table = open_table(str(out))
+        if table_format == "delta":
+            own, polars = table.to_pyarrow_table(), pl.read_delta(str(out))
+        else:
+            own, polars = table.scan().to_arrow(), pl.scan_iceberg(table).collect()
+        want = expected_plain(columns)
+        if table_format == "iceberg":
+            want = _pyiceberg_reads(own, want)
+        assert_rows(plain_rows(own), want, where + " (its own reader)")
+        assert_rows(plain_rows(polars.to_arrow()), expected_plain(columns), where + " (Polars)")
+        result = verify(_source(node, ks), str(out))
+        assert result.match and result.independent, f"{where}: {result.text()}"

@@ -281,3 +281,60 @@ def test_stream_commit_is_idempotent_per_batch_id(tmp_path: Path) -> None:
     object.__setattr__(other_query, "query_id", "q2")  # a new checkpoint starts again at batch 0: not a replay
     writer.commit([other_query], 0)
     assert len(visible_files(tmp_path)) == 2
+
+
+def _table_ids(out: Path, fmt: str) -> list[int]:
+    import polars as pl
+
+    from splitsource.sink import open_table
+
+    frame = pl.read_delta(str(out)) if fmt == "delta" else pl.scan_iceberg(open_table(str(out))).collect()
+    return sorted(frame["id"].to_list())
+
+
+def _table_commits(out: Path, fmt: str) -> list[tuple[int | None, int]]:
+    committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()
+    assert committer.table is not None
+    return [(c.seq, c.rows) for c in committer.table.history(committer)]
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_batch_writes_into_a_table_append_and_overwrite_one_commit_each(spark: Any, tmp_path: Path, fmt: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+    out = tmp_path / "table"
+    writer = spark.range(0, 3000, 1, 2).write.format("bucketing").option("table_format", fmt)
+    writer.mode("append").save(str(out))
+    spark.range(3000, 4000, 1, 2).write.format("bucketing").option("table_format", fmt).mode("append").save(str(out))
+    assert _table_ids(out, fmt) == list(range(4000))
+    spark.range(0, 10, 1, 1).write.format("bucketing").option("table_format", fmt).mode("overwrite").save(str(out))
+    assert _table_ids(out, fmt) == list(range(10))
+    assert [seq for seq, _ in _table_commits(out, fmt) if seq is not None] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_stream_into_a_table_replayed_after_a_restart_commits_each_batch_once(spark: Any, tmp_path: Path, fmt: str,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state a kill leaves between the sink's commit and Spark's own commit record: the restarted query
+    replays the batch, and the table gets no second commit of it."""
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+    source, out, checkpoint = tmp_path / "in", tmp_path / "table", tmp_path / "chk"
+    source.mkdir()
+
+    def run() -> None:
+        query = (spark.readStream.schema("id long").json(str(source)).writeStream.format("bucketing")
+                 .option("table_format", fmt).option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start(str(out)))
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    for n in range(3):
+        (source / f"f{n}.json").write_text("".join(f'{{"id": {n * 100 + i}}}\n' for i in range(100)))
+        run()
+    last = [p for p in sorted((checkpoint / "commits").iterdir(), key=lambda p: p.name) if p.name.isdigit()][-1]
+    last.unlink()
+    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+    run()
+    assert last.exists(), "Spark did not replay the batch: the test proved nothing"
+    assert _table_ids(out, fmt) == list(range(300))
+    assert _table_commits(out, fmt) == [(1, 100), (2, 100), (3, 100)]
