@@ -172,7 +172,7 @@ def _documented_layout(root: str = "splitsource/") -> set[str]:
     text = (ROOT / "docs" / "architecture.md").read_text()
     block = text.split("## Layout", 1)[1].split("```", 2)[1]
     names: set[str] = set()
-    folder, section = "", ""
+    folder, inner, section = "", "", ""
     for line in block.splitlines():
         stripped = line.strip()
         if not stripped:
@@ -185,11 +185,15 @@ def _documented_layout(root: str = "splitsource/") -> set[str]:
         indent = len(line) - len(line.lstrip())
         first = stripped.split()[0]
         if indent == 2:
-            folder = first if first.endswith("/") else ""
+            folder, inner = (first if first.endswith("/") else ""), ""
             if not folder:
                 names.add(first)
         elif indent == 4 and folder:
-            names.update(f"{folder}{token}" for token in stripped.split("  ")[0].split())
+            inner = first if first.endswith("/") else ""
+            if not inner:
+                names.update(f"{folder}{token}" for token in stripped.split("  ")[0].split())
+        elif indent == 6 and folder and inner:  # a folder inside a subpackage (sink/formats/)
+            names.update(f"{folder}{inner}{token}" for token in stripped.split("  ")[0].split())
     return names
 
 

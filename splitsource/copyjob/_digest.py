@@ -5,7 +5,7 @@ Both sides hash a row alike: its data columns (every column but the bucket colum
 column only whether it is null, then the bucket columns as the text the sink names their directories with (``''``
 as null). The source side turns the connector's plain values into Arrow arrays with pyarrow's own conversion
 (never the record emitter); the output side reads the files as their readers would
-(:mod:`splitsource.copyjob._decoders`).
+(each format's reader, :mod:`splitsource.sink.formats`).
 
 With ``detail``, a call also returns every row's hash and its key's hash (the key columns, else the row), in the
 order read: what ``verify`` joins on a mismatch to name the first rows that differ.
@@ -27,11 +27,11 @@ import pyarrow as pa
 from splitsource._api import FixedEnumeratorContext, Source
 from splitsource._errors import SinkError, SplitSourceError
 from splitsource._fs import resolve_filesystem
-from splitsource.copyjob._decoders import file_batches, file_rows
 from splitsource.copyjob._rowhash import hash_array, hash_rows, lanes
 from splitsource.runtime._source_reader import SourceReader
 from splitsource.sink._bucketers import NULL_SEGMENT
 from splitsource.sink._text import plain_storage
+from splitsource.sink.formats import FORMATS
 
 __all__ = ["Plan", "SideDigest", "SourceSpec", "output_file", "output_row", "path_values", "source_part",
            "source_row"]
@@ -268,7 +268,7 @@ def output_file(file: OutputFile, plan: Plan) -> SideDigest:
     fs, _ = resolve_filesystem(file.output)
     digest = SideDigest(label=file.relative)
     try:
-        for arrays in file_batches(fs, file.path, file.fmt, plan.data, file.csv_header):
+        for arrays in FORMATS[file.fmt].batches(fs, file.path, plan.data, file.csv_header):
             n = len(next(iter(arrays.values()))) if arrays else 0
             digest.add(plan, plan.column_hashes(arrays, _file_texts(file, plan, n)), n)
     except SinkError:
@@ -283,7 +283,7 @@ def output_row(file: OutputFile, plan: Plan, index: int) -> tuple[dict[str, Any]
     columns' hashes."""
     fs, _ = resolve_filesystem(file.output)
     fields = plan.data
-    for i, row in enumerate(file_rows(fs, file.path, file.fmt, fields, file.csv_header)):
+    for i, row in enumerate(FORMATS[file.fmt].rows(fs, file.path, fields, file.csv_header)):
         if i == index:
             arrays = {f.name: pa.array([v], plain_storage(f.type)) for f, v in zip(fields, row, strict=True)}
             texts = _file_texts(file, plan, 1)

@@ -7,8 +7,9 @@ Both sides are reduced to a row count and an order-independent 128-bit checksum,
 - the **source** side from :meth:`Source.reference_rows`: the connector's own client values (the Cassandra
   driver's, the generator's formula in plain Python), never the record emitter that the copy used, read in
   ``parts`` parts by as many worker processes as the machine has cores;
-- the **output** side by decoding the files as a reader would (:mod:`splitsource.copyjob._decoders`), a file a
-  call, on the same workers; bucket-column values decoded from the directory names.
+- the **output** side by decoding the files as a reader would (each format's reader in
+  :mod:`splitsource.sink.formats`, apart from its writer), a file a call, on the same workers; bucket-column
+  values decoded from the directory names.
 
 A lost row, a duplicated row, a changed or dropped value changes the checksum. A connector without
 ``reference_rows`` is read through its emitter instead; the result then says that it is not independent.
@@ -36,7 +37,6 @@ from serializers import read_envelope
 from splitsource._api import Source
 from splitsource._errors import SinkError
 from splitsource._fs import Store, is_uri, redact, resolve_filesystem, sibling_uri
-from splitsource.copyjob._decoders import csv_records
 from splitsource.copyjob._digest import (
     OutputFile,
     Plan,
@@ -57,8 +57,7 @@ from splitsource.sink._files import PartNames, join, writer_of
 from splitsource.sink._tables import table_format
 from splitsource.sink._text import json_fragments, plain_storage
 
-__all__ = ["Digest", "RowDifference", "SplitCheck", "SplitDifference", "VerifyResult", "check_splits",
-           "csv_records", "verify"]
+__all__ = ["Digest", "RowDifference", "SplitCheck", "SplitDifference", "VerifyResult", "check_splits", "verify"]
 
 _MOD = 1 << 64
 PARTS_PER_WORKER = 4  # the source's parts per worker process: short parts balance the workers' load

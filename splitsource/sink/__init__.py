@@ -28,11 +28,12 @@ from splitsource.sink._files import (
     PendingFile,
     WriterState,
 )
-from splitsource.sink._formats import FORMATS, FileFormat, encode_json_lines
 from splitsource.sink._open_table import open_table
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 from splitsource.sink._tables import TABLE_FORMATS, TableFormat
 from splitsource.sink._writer import BucketingSinkWriter
+from splitsource.sink.formats import FORMATS, FileFormat
+from splitsource.sink.formats.jsonl import encode_json_lines
 
 __all__ = [
     "COMMIT_RECORD_SERIALIZER",

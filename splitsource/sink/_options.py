@@ -17,8 +17,8 @@ from splitsource.sink._bucketers import (
 )
 from splitsource.sink._committer import BucketingGlobalCommitter, check_metadata, metadata_location
 from splitsource.sink._files import PartNames
-from splitsource.sink._formats import FORMATS, FileFormat
 from splitsource.sink._tables import TABLE_FORMATS, table_format
+from splitsource.sink.formats import FORMATS, FileFormat
 
 __all__ = ["BucketingSinkOptions", "parse_sink_options"]
 

@@ -38,8 +38,8 @@ from splitsource._errors import SinkError
 from splitsource._fs import Store, as_store, resolve_filesystem
 from splitsource.sink._bucketers import Bucketer
 from splitsource.sink._files import InProgressFile, PendingFile, WriterState, join
-from splitsource.sink._formats import PartFileWriter, combine_batches
 from splitsource.sink._options import BucketingSinkOptions
+from splitsource.sink.formats import PartFileWriter, combine_batches
 
 __all__ = ["TOKEN_BITS", "BucketingSinkWriter", "new_task_token", "write_files"]
 

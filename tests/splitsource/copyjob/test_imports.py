@@ -18,7 +18,7 @@ from cassandra import cqltypes
 import splitsource.cli, splitsource.copyjob._local, splitsource.copyjob._worker, splitsource.copyjob._protocol
 import splitsource.sink, connectors.cassandra
 from connectors.cassandra._types import column_converter
-from splitsource.sink._formats import FORMATS
+from splitsource.sink.formats import FORMATS
 
 column = column_converter(cqltypes.DateType, "at")([0, None, 1_700_000_000_123, -1])
 schema = pa.schema([("at", column.type)])

@@ -9,7 +9,8 @@ import pytest
 
 from splitsource import copy
 from splitsource._planning import build_source
-from splitsource.copyjob._verify import csv_records, verify
+from splitsource.copyjob._verify import verify
+from splitsource.sink.formats.csv import csv_records
 
 OPTIONS = {"rows": "3000", "split_rows": "700", "columns": "id:bigint,name:string?,score:double?,at:timestamp?,"
                                                            "flag:boolean?,n:int?,raw:binary?"}

@@ -254,7 +254,7 @@ def test_csv_text_of_zoned_timestamps_is_the_utc_instant_and_binary_is_base64(un
     import base64
     from datetime import datetime, timezone
 
-    from splitsource.sink._formats import csv_ready
+    from splitsource.sink.formats.csv import csv_ready
 
     values = [0, None, 1_700_000_000, -86_401, 253_402_300_799 if unit != "ns" else 9_000_000_000]  # epoch, null,
     # 2023, 1969, the last second of 9999 (2255 in nanoseconds)

@@ -12,7 +12,6 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from splitsource.sink._formats import csv_ready, encode_json_lines
 from splitsource.sink._text import (
     civil_from_days,
     days_from_civil,
@@ -24,6 +23,8 @@ from splitsource.sink._text import (
     parse_iso_duration,
     parse_iso_timestamp,
 )
+from splitsource.sink.formats.csv import csv_ready
+from splitsource.sink.formats.jsonl import encode_json_lines
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
