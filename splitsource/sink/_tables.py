@@ -138,11 +138,43 @@ class TableFormat(ABC):
         """Every commit of the table, oldest first."""
 
 
-def _local_uri(committer: BucketingGlobalCommitter) -> str:
-    if not committer.fs.local:
-        raise SinkError(f"table formats write to a local or mounted file system for now; {committer.base} is on an "
-                        "object store")
-    return os.path.abspath(committer.base)
+@dataclass(frozen=True)
+class Location:
+    """Where a table is, as the table libraries name it: a local path or an ``s3://`` URI, with the settings
+    that reach the store (the output's: endpoint, region, keys, from its URI or the standard AWS variables)."""
+
+    uri: str
+    s3: dict[str, str]
+
+    def child(self, path: str) -> str:
+        """The URI of ``path``, a path of the output's store."""
+        return f"s3://{path}" if self.s3 else f"file://{os.path.abspath(path)}"
+
+    def relative(self, uri: str, base: str) -> str:
+        """``uri`` (as a table lists its files) relative to the output ``base``."""
+        for prefix in ("s3://", "s3a://", "file://"):
+            uri = uri.removeprefix(prefix)
+        return _relative(uri, base if self.s3 else os.path.abspath(base))
+
+
+def location(committer: BucketingGlobalCommitter) -> Location:
+    if committer.fs.local:
+        return Location(os.path.abspath(committer.base), {})
+    if committer.fs.fs.type_name != "s3":
+        raise SinkError(f"table formats write to a local or mounted file system or to S3; {committer.base} is on "
+                        f"{committer.fs.fs.type_name}")
+    from splitsource._s3 import settings_of
+
+    found, env = settings_of(committer.fs.fs), os.environ
+    endpoint = found.get("endpoint_override") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
+    if endpoint and "://" not in endpoint:
+        endpoint = f"{found.get('scheme') or 'https'}://{endpoint}"
+    s3 = {"endpoint": endpoint, "region": found.get("region") or env.get("AWS_REGION") or
+          env.get("AWS_DEFAULT_REGION") or "us-east-1",
+          "access_key": found.get("access_key") or env.get("AWS_ACCESS_KEY_ID") or "",
+          "secret_key": found.get("secret_key") or env.get("AWS_SECRET_ACCESS_KEY") or "",
+          "session_token": found.get("session_token") or env.get("AWS_SESSION_TOKEN") or ""}
+    return Location(f"s3://{committer.base}", {k: v for k, v in s3.items() if v})
 
 
 def _file_schema(committer: BucketingGlobalCommitter, record: CommitRecord) -> pa.Schema | None:
@@ -173,11 +205,29 @@ class DeltaFormat(TableFormat):
     def open(self, committer: BucketingGlobalCommitter) -> Any:
         return self._table(committer)
 
+    @staticmethod
+    def storage_options(where: Location) -> dict[str, str] | None:
+        """delta-rs's settings for the store; on S3, commits are created with conditional puts (If-None-Match),
+        which S3 and its compatibles honour, so that two writers never both make one version."""
+        if not where.s3:
+            return None
+        options = {"AWS_REGION": where.s3["region"], "aws_conditional_put": "etag"}
+        for key, name in (("endpoint", "AWS_ENDPOINT_URL"), ("access_key", "AWS_ACCESS_KEY_ID"),
+                          ("secret_key", "AWS_SECRET_ACCESS_KEY"), ("session_token", "AWS_SESSION_TOKEN")):
+            if key in where.s3:
+                options[name] = where.s3[key]
+        if where.s3.get("endpoint", "").startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
+        return options
+
     def _table(self, committer: BucketingGlobalCommitter) -> Any:
         from deltalake import DeltaTable
 
-        uri = _local_uri(committer)
-        return DeltaTable(uri) if DeltaTable.is_deltatable(uri) else None
+        where = location(committer)
+        options = self.storage_options(where)
+        if not DeltaTable.is_deltatable(where.uri, storage_options=options):
+            return None
+        return DeltaTable(where.uri, storage_options=options)
 
     def published(self, committer: BucketingGlobalCommitter, log_id: str) -> int:
         table = self._table(committer)
@@ -204,8 +254,10 @@ class DeltaFormat(TableFormat):
         if table is None:
             if schema is None:
                 return  # nothing to add to a table not made yet: it is made by the first commit with rows
-            create_table_with_add_actions(_local_uri(committer), DeltaSchema.from_arrow(schema), actions,
-                                          mode="error", commit_properties=properties)
+            where = location(committer)
+            create_table_with_add_actions(where.uri, DeltaSchema.from_arrow(schema), actions, mode="error",
+                                          storage_options=self.storage_options(where),
+                                          commit_properties=properties)
             return
         table_schema = table.schema().to_arrow()
         if schema is not None:
@@ -216,8 +268,8 @@ class DeltaFormat(TableFormat):
         table = self._table(committer)
         if table is None:
             return []
-        root = _local_uri(committer)
-        return sorted(_relative(uri.removeprefix("file://"), root) for uri in table.file_uris())
+        where = location(committer)
+        return sorted(where.relative(uri, committer.base) for uri in table.file_uris())
 
     def history(self, committer: BucketingGlobalCommitter) -> list[TableCommit]:
         table = self._table(committer)
@@ -246,16 +298,28 @@ class IcebergFormat(TableFormat):
         if catalog and not re.match(r"(sqlite:///|https?://)", catalog):
             raise OptionsError(f"option 'iceberg_catalog': {catalog!r} is neither sqlite:///<file> nor a REST "
                                "catalog's http(s):// URI")
+        if not catalog and re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", path) and not path.startswith("file://"):
+            raise OptionsError("table_format 'iceberg' on an object store needs option 'iceberg_catalog': the "
+                               "default catalog is a SQLite file beside the output, which an object store cannot "
+                               "hold (name a local sqlite:///<file> or a REST catalog's http(s):// URI)")
+
+    @staticmethod
+    def _io(where: Location) -> dict[str, str]:
+        """pyiceberg's FileIO settings for the store (its pyarrow S3 client)."""
+        names = {"endpoint": "s3.endpoint", "region": "s3.region", "access_key": "s3.access-key-id",
+                 "secret_key": "s3.secret-access-key", "session_token": "s3.session-token"}
+        return {names[k]: v for k, v in where.s3.items()}
 
     def catalog(self, committer: BucketingGlobalCommitter) -> Any:
+        where = location(committer)
         uri = committer.table_catalog or f"sqlite:///{os.path.abspath(join(committer.meta, 'iceberg.db'))}"
         if uri.startswith("sqlite:///"):
             from pyiceberg.catalog.sql import SqlCatalog
 
-            return SqlCatalog(TAG, uri=uri, warehouse=f"file://{os.path.abspath(committer.meta)}")
+            return SqlCatalog(TAG, uri=uri, warehouse=where.child(committer.meta), **self._io(where))
         from pyiceberg.catalog.rest import RestCatalog
 
-        return RestCatalog(TAG, uri=uri)
+        return RestCatalog(TAG, uri=uri, **self._io(where))
 
     def identifier(self, committer: BucketingGlobalCommitter) -> tuple[str, str]:
         name = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(committer.base.rstrip("/"))) or "output"
@@ -268,7 +332,6 @@ class IcebergFormat(TableFormat):
         """The output's table as pyiceberg loads it (None: no table yet): ``polars.scan_iceberg(table)``."""
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-        _local_uri(committer)
         if committer.table_catalog == "" and not committer.fs.exists(join(committer.meta, "iceberg.db")):
             return None
         try:
@@ -293,10 +356,11 @@ class IcebergFormat(TableFormat):
             catalog = self.catalog(committer)
             catalog.create_namespace_if_not_exists(self.NAMESPACE)
             table = catalog.create_table(self.identifier(committer), schema=schema,
-                                         location=f"file://{_local_uri(committer)}")
+                                         location=location(committer).child(committer.base))
         elif schema is not None:
             _check_schema(self.name, committer.base, table.schema().as_arrow(), schema)
-        paths = [f"file://{os.path.abspath(f.finished_path(committer.base, committer.names))}" for f in record.files]
+        where = location(committer)
+        paths = [where.child(f.finished_path(committer.base, committer.names)) for f in record.files]
         with table.transaction() as tx:
             counts_only = {key: "counts" for key in _temporal_metrics(table.schema())
                            if table.properties.get(key) != "counts"}
@@ -314,8 +378,8 @@ class IcebergFormat(TableFormat):
         table = self.table(committer)
         if table is None or table.current_snapshot() is None:
             return []
-        root = f"file://{_local_uri(committer)}/"
-        return sorted(task.file.file_path[len(root):] for task in table.scan().plan_files())
+        where = location(committer)
+        return sorted(where.relative(task.file.file_path, committer.base) for task in table.scan().plan_files())
 
     def history(self, committer: BucketingGlobalCommitter) -> list[TableCommit]:
         table = self.table(committer)
