@@ -12,6 +12,10 @@ for version in 4.0 4.1; do python scripts/cassandra.py install --version "$versi
 # the S3-compatible server of the object-store tests (SeaweedFS, built once from the Go module proxy: about 5 minutes)
 python scripts/s3server.py install >/dev/null
 
+# Apache Iceberg's REST catalog server, for the tests of --table-format iceberg with a REST catalog (Maven Central,
+# about 80 MB)
+python scripts/iceberg_rest.py install >/dev/null
+
 # hadoop-aws and the AWS SDK, for the tests' Spark reads of s3a:// (from Maven Central, about 10 MB)
 python scripts/s3server.py spark-jars >/dev/null
 

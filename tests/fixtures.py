@@ -169,3 +169,24 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
             else:
                 os.environ[key] = value
         stop(root)
+
+
+@pytest.fixture(scope="session")
+def iceberg_rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Apache Iceberg REST catalog on loopback (Iceberg's own REST catalog server, from the cache: built by
+    ``scripts/iceberg_rest.py install``, which scripts/test.sh runs); its URI, the ``iceberg_catalog`` option."""
+    from scripts.cassandra import port_open
+    from scripts.iceberg_rest import start, stop
+
+    root = tmp_path_factory.mktemp("iceberg-rest")
+    port = next((p for p in range(18181, 18281, 10) if not port_open("127.0.0.1", p, 0.2)), None)
+    if port is None:
+        pytest.fail("no free port for the Iceberg REST catalog in 18181-18280", pytrace=False)
+    try:
+        uri = start(root, port=port)
+    except SystemExit as exc:
+        pytest.fail(f"the Iceberg REST catalog did not start: {exc}", pytrace=False)
+    try:
+        yield uri
+    finally:
+        stop(root)

@@ -122,3 +122,21 @@ def test_an_iceberg_table_on_s3_without_a_catalog_is_refused_in_one_line(s3: Any
                   "iceberg"])
     assert result.returncode == 2 and "needs option 'iceberg_catalog'" in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_an_iceberg_copy_through_a_rest_catalog_killed_ten_times_commits_each_batch_once(
+        iceberg_rest: str, tmp_path: Path) -> None:
+    """The catalog is a real REST catalog server (Apache Iceberg's): the copy's table commits go through it."""
+    out = tmp_path / "table"
+    args = ["copy", *GEN, *ENGINES["local"], "--output", str(out), "--table-format", "iceberg",
+            "--sink-option", f"iceberg_catalog={iceberg_rest}", "--max-splits-per-batch", "1", "--quiet"]
+    stdout = kill_and_rerun(args, out, kills=10, seed=41, jitter=0.4, coordinator_alone=lambda kill: kill % 3 == 2)
+    assert f"copy finished: {ROWS:,} rows" in stdout
+    table = open_table(str(out), iceberg_catalog=iceberg_rest)
+    assert f"{out}/metadata/" in table.metadata_location  # the server wrote it beside the data (file:/...)
+    frame = pl.scan_iceberg(table).collect()
+    assert frame.height == ROWS and sorted(frame["id"].to_list()) == list(range(ROWS))
+    last, tagged = logged_and_tagged_at(str(out), "iceberg", catalog=iceberg_rest)
+    assert tagged == list(range(1, last + 1)), f"table commits by log number: {tagged} (logged 1..{last})"
+    check = run(["verify", *GEN, "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
