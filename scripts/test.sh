@@ -28,6 +28,14 @@ if [ ! -f .venv/connect-client/.complete ]; then
   touch .venv/connect-client/.complete
 fi
 
+# Delta Lake's Spark connector runs on Spark 4.2, not 4.3 (tests/splitsource/spark/test_table_readers.py): a PySpark
+# 4.2 apart from the venv, only on that test's path
+if [ ! -f .venv/pyspark-4.2/.complete ]; then
+  rm -rf .venv/pyspark-4.2
+  python -m pip install -q --target .venv/pyspark-4.2 "pyspark==4.2.0"
+  touch .venv/pyspark-4.2/.complete
+fi
+
 # DuckDB's S3 reader for tests/splitsource/copyjob/test_object_store.py: DuckDB downloads its httpfs extension at
 # first use, which this machine cannot; the package index carries it for DuckDB 1.4 (LTS), kept apart from the venv
 if [ ! -f .venv/duckdb-s3/.complete ]; then

@@ -1,0 +1,47 @@
+"""Read a table a copy made with Spark's own table connector, in a Spark of the connector's line (run in its own
+process by tests/splitsource/spark/test_table_readers.py, with that PySpark first on the path).
+
+    python table_reader_job.py delta <table path> <versions>
+    python table_reader_job.py iceberg <metadata.json> <snapshot ids, comma-separated>
+
+Prints one JSON object: the rows of the current version (every id), and the row count of each version or snapshot
+asked for (time travel).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+PACKAGES = {"delta": "io.delta:delta-spark_2.13:4.4.0",
+            "iceberg": "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"}
+
+
+def main() -> int:
+    from pyspark.sql import SparkSession
+
+    fmt, where, versions = sys.argv[1], sys.argv[2], [v for v in sys.argv[3].split(",") if v]
+    builder = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+               .config("spark.jars.packages", PACKAGES[fmt]))
+    if fmt == "delta":
+        builder = (builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+                   .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
+    else:
+        builder = builder.config("spark.sql.extensions",
+                                 "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    option = "versionAsOf" if fmt == "delta" else "snapshot-id"
+    current = spark.read.format(fmt).load(where)
+    ids = sorted(r.id for r in current.select("id").collect())
+    counts = {v: spark.read.format(fmt).option(option, v).load(where).count() for v in versions}
+    print(json.dumps({"spark": spark.version, "ids": ids, "counts": counts}))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
