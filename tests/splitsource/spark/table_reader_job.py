@@ -34,7 +34,7 @@ def main() -> int:
                                  "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    option = "versionAsOf" if fmt == "delta" else "snapshot-id"
+    option = "versionAsOf"  # Delta's version; Iceberg's snapshot id (its own snapshot-id option is retired)
     current = spark.read.format(fmt).load(where)
     ids = sorted(r.id for r in current.select("id").collect())
     counts = {v: spark.read.format(fmt).option(option, v).load(where).count() for v in versions}

@@ -1,10 +1,11 @@
 """Spark's own table connectors read the tables a copy made, exactly, with time travel to each batch's version.
 
-Delta Lake's Spark connector (delta-spark 4.4.0, built on Spark 4.2, from Maven Central) runs on Spark 4.2, not on
-4.3 (``NoSuchMethodError`` in ``LogicalRDD``): this test reads in a PySpark 4.2 of its own, installed apart by
-scripts/test.sh (``.venv/pyspark-4.2``). Iceberg's Spark runtime has no release for Spark 4.2 or 4.3 (the newest,
-for 4.1, fails on both with ``IncompatibleClassChangeError``); Iceberg tables are read here through Iceberg's own
-REST catalog server (a Java Iceberg reading our metadata) and Polars (tests/splitsource/copyjob/test_table_copy.py).
+The connectors lag Spark's releases, and neither runs on Spark 4.3 (measured on 2026-11-25 with the newest on Maven
+Central): Delta's Spark connector (delta-spark 4.4.0, built on Spark 4.2) fails on 4.3 with ``NoSuchMethodError``
+in ``LogicalRDD``; Iceberg's Spark runtime has no release for 4.2 or 4.3, and the newest (for 4.1, 1.12.0) fails on
+both with ``IncompatibleClassChangeError`` (``CatalogManager``). So each table is read in the newest Spark its
+connector runs on, a PySpark installed apart by scripts/test.sh (``.venv/pyspark-4.2``, ``.venv/pyspark-4.1``) and
+put first on the reader's path only.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tests.splitsource.copyjob.test_copy import run
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 JOB = Path(__file__).parent / "table_reader_job.py"
 SPARK_42 = ROOT / ".venv" / "pyspark-4.2"
+SPARK_41 = ROOT / ".venv" / "pyspark-4.1"
 GEN = ["--connector", "generator", "-o", "rows=30000", "-o", "split_rows=5000",
        "-o", "columns=id:bigint,name:string?,score:double,at:timestamp"]
 
@@ -47,5 +49,30 @@ def test_spark_with_delta_reads_the_copy_exactly_and_travels_to_each_batch(tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     read = json.loads(done.stdout.strip().splitlines()[-1])
     assert read["spark"].startswith("4.2")
+    assert read["ids"] == list(range(30_000))
+    assert read["counts"] == totals
+
+
+def test_spark_with_iceberg_reads_the_copy_exactly_and_travels_to_each_snapshot(tmp_path: Path) -> None:
+    assert (SPARK_41 / ".complete").exists(), "PySpark 4.1 is not installed apart: run scripts/test.sh"
+    from splitsource.sink import open_table
+
+    out = tmp_path / "table"
+    result = run(["copy", *GEN, "--engine", "local", "--output", str(out), "--table-format", "iceberg",
+                  "--max-splits-per-batch", "2", "--quiet"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    committer = parse_sink_options({"path": str(out), "table_format": "iceberg"}).committer()
+    assert committer.table is not None
+    history = committer.table.history(committer)
+    assert [c.seq for c in history] == [1, 2, 3]
+    totals = {str(c.version): r.total_rows for c, (r, _) in zip(history, committer.records(), strict=True)}
+    assert list(totals.values()) == [10_000, 20_000, 30_000]
+    metadata = open_table(str(out)).metadata_location
+    env = {**os.environ, "PYTHONPATH": str(SPARK_41), "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run([sys.executable, str(JOB), "iceberg", metadata, ",".join(totals)], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    read = json.loads(done.stdout.strip().splitlines()[-1])
+    assert read["spark"].startswith("4.1")
     assert read["ids"] == list(range(30_000))
     assert read["counts"] == totals
