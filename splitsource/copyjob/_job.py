@@ -272,7 +272,10 @@ def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], out
     sink = parse_sink_options(sink_raw)
     check_paths(output, checkpoint)
     _, source = build_source(read_options)
-    source.schema()  # connects now: a missing table or an unreachable host fails here, in one line
+    schema = source.schema()  # connects now: a missing table or an unreachable host fails here, in one line
+    table = sink.committer().table
+    if table is not None:  # partition columns a table cannot hold fail now, not in a task
+        table.check_schema(schema, sink.make_bucketer().columns)
     identity = {"version": 1, "connector": connector, "identity": source.identity(),
                 "source": source_fingerprint(source), "output": redact(output), "format": sink.format,
                 "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}

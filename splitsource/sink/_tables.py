@@ -26,6 +26,7 @@ already holds. The table's schema is the part files' Arrow schema; every commit'
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -35,12 +36,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from splitsource._errors import OptionsError, SinkError
 from splitsource._fs import Store
+from splitsource.sink._bucketers import NULL_SEGMENT
 from splitsource.sink._files import PartNames, PendingFile, join
 
 
@@ -106,14 +109,27 @@ class TableFormat(ABC):
             raise OptionsError(f"table_format {self.name!r} needs the {self.package} package: "
                                f"pip install 'splitsource[{self.extra}]'") from None
 
+    partitions: ClassVar[bool] = False  # bucket columns become the table's identity partitions
+
     def check(self, *, file_format: str, bucketer: str, path: str, catalog: str) -> None:
         """Refuse what this format cannot hold, before anything is written."""
         if file_format != "parquet":
             raise OptionsError(f"table_format {self.name!r} holds Parquet part files: format {file_format!r} "
                                "cannot go into a table (drop the format option, or the table format)")
-        if bucketer != "none":
-            raise OptionsError(f"table_format {self.name!r} writes unpartitioned tables for now: bucketer "
-                               f"{bucketer!r} is refused (use bucketer 'none')")
+        allowed = ("none", "columns") if self.partitions else ("none",)
+        if bucketer not in allowed:
+            what = ("the table is partitioned by its bucket columns (bucketer 'columns') or not at all (bucketer "
+                    "'none')" if self.partitions else "the table is written unpartitioned for now (bucketer 'none')")
+            raise OptionsError(f"table_format {self.name!r}: bucketer {bucketer!r} is refused; {what}")
+
+    def check_schema(self, schema: pa.Schema, partitions: Sequence[str]) -> None:
+        """Refuse, before anything is written, partition columns whose values the table cannot hold as text."""
+        for name in partitions:
+            t = schema.field(name).type
+            if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                    or pa.types.is_boolean(t) or pa.types.is_date32(t)):
+                raise OptionsError(f"option 'bucket_columns': column {name!r} ({t}) cannot partition a {self.name} "
+                                   "table; partition by integer, text, boolean or date columns")
 
     @abstractmethod
     def open(self, committer: BucketingGlobalCommitter) -> Any:
@@ -177,12 +193,47 @@ def location(committer: BucketingGlobalCommitter) -> Location:
     return Location(f"s3://{committer.base}", {k: v for k, v in s3.items() if v})
 
 
+PARTITIONS_KEY = b"splitsource.partition_fields"  # in a table's part files: the bucket columns' Arrow fields
+
+
+def partition_metadata(fields: Sequence[pa.Field]) -> dict[bytes, bytes]:
+    """The part files' schema metadata that carries the bucket columns' fields (which the files leave out): their
+    Arrow schema in base64 (Parquet's key-value metadata is text: Polars refuses a file whose value is not UTF-8)."""
+    return {PARTITIONS_KEY: base64.b64encode(pa.schema(fields).serialize().to_pybytes())} if fields else {}
+
+
+def _partition_schema(carried: bytes) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(carried)))
+
+
 def _file_schema(committer: BucketingGlobalCommitter, record: CommitRecord) -> pa.Schema | None:
+    """The table's schema as the record's files carry it: their columns, then the partition columns."""
     if not record.files:
         return None
     with committer.fs.open_input(record.files[0].finished_path(committer.base, committer.names)) as stream:
         schema = pq.read_schema(stream)
-    return schema.remove_metadata()
+    carried = (schema.metadata or {}).get(PARTITIONS_KEY)
+    fields = list(schema.remove_metadata())
+    if carried:
+        partitions = _partition_schema(carried)
+        fields += [f.with_metadata(None) for f in partitions]
+        return pa.schema(fields, metadata={PARTITIONS_KEY: carried})
+    return pa.schema(fields)
+
+
+def partition_columns(schema: pa.Schema | None) -> list[str]:
+    carried = (schema.metadata or {}).get(PARTITIONS_KEY) if schema is not None else None
+    return list(_partition_schema(carried).names) if carried else []
+
+
+def partition_values(bucket: str, columns: Sequence[str]) -> dict[str, str | None]:
+    """A part file's partition values from its bucket directory (``name=value``, Spark's escaping)."""
+    found: dict[str, str | None] = {}
+    for segment in bucket.split("/"):
+        name, eq, value = segment.partition("=")
+        if eq:
+            found[unquote(name)] = None if value == NULL_SEGMENT else unquote(value)
+    return {c: found.get(c) for c in columns}
 
 
 def _tags(record: CommitRecord, log_id: str) -> dict[str, str]:
@@ -197,6 +248,7 @@ class DeltaFormat(TableFormat):
     package = "deltalake"
     extra = "delta"
     reserved = ("_delta_log",)
+    partitions = True
 
     @staticmethod
     def _app(log_id: str) -> str:
@@ -243,9 +295,11 @@ class DeltaFormat(TableFormat):
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
         now = int(time.time() * 1000)
+        partitions = partition_columns(schema)
+        # the path as the store names it: delta-rs percent-encodes it into the log itself
         actions = [AddAction(path=_relative(f.finished_path(committer.base, committer.names), committer.base),
-                             size=f.size, partition_values={}, modification_time=now, data_change=True,
-                             stats=json.dumps({"numRecords": f.rows}))
+                             size=f.size, partition_values=partition_values(f.bucket, partitions),
+                             modification_time=now, data_change=True, stats=json.dumps({"numRecords": f.rows}))
                    for f in record.files]
         properties = CommitProperties(custom_metadata=_tags(record, log_id),
                                       app_transactions=[Transaction(self._app(log_id), record.seq)])
@@ -255,14 +309,20 @@ class DeltaFormat(TableFormat):
             if schema is None:
                 return  # nothing to add to a table not made yet: it is made by the first commit with rows
             where = location(committer)
-            create_table_with_add_actions(where.uri, DeltaSchema.from_arrow(schema), actions, mode="error",
+            create_table_with_add_actions(where.uri, DeltaSchema.from_arrow(schema.remove_metadata()), actions,
+                                          mode="error", partition_by=partitions or None,
                                           storage_options=self.storage_options(where),
                                           commit_properties=properties)
             return
         table_schema = table.schema().to_arrow()
         if schema is not None:
             _check_schema(self.name, committer.base, pa.schema(table_schema), schema)
-        table.create_write_transaction(actions, mode, table_schema, commit_properties=properties)
+            if partitions != list(table.metadata().partition_columns):
+                raise SinkError(f"the delta table {committer.base} is partitioned by "
+                                f"{list(table.metadata().partition_columns)}; this write by {partitions}: write to "
+                                "another path")
+        table.create_write_transaction(actions, mode, table_schema, partition_by=partitions or None,
+                                       commit_properties=properties)
 
     def data_files(self, committer: BucketingGlobalCommitter) -> list[str]:
         table = self._table(committer)

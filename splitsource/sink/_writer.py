@@ -39,6 +39,7 @@ from splitsource._fs import Store, as_store, resolve_filesystem
 from splitsource.sink._bucketers import Bucketer
 from splitsource.sink._files import InProgressFile, PendingFile, WriterState, join
 from splitsource.sink._options import BucketingSinkOptions
+from splitsource.sink._tables import partition_metadata, table_format
 from splitsource.sink.formats import PartFileWriter, combine_batches
 
 __all__ = ["TOKEN_BITS", "BucketingSinkWriter", "new_task_token", "write_files"]
@@ -115,6 +116,12 @@ class BucketingSinkWriter:
         if check is not None:
             check(schema)
         self._file_schema = pa.schema([f for f in schema if f.name not in self._bucketer.columns])
+        table = table_format(options.table_format)
+        if table is not None:
+            table.check_schema(schema, self._bucketer.columns)
+            # the bucket columns' types, for the table's partition columns (they are not in the files)
+            self._file_schema = self._file_schema.with_metadata(
+                partition_metadata([schema.field(c) for c in self._bucketer.columns]))
         self._fs = as_store(fs)
         # an object store: an object appears whole when its upload completes, and a rename is a copy; a part is
         # uploaded under its pending name (the in-progress state is the upload itself), so a commit copies it once
