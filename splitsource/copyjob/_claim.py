@@ -79,6 +79,15 @@ def _write_identity(checkpoint: str, identity: Mapping[str, Any]) -> None:
     fs.write(f"{base}/{IDENTITY_FILE}", json.dumps(identity, indent=2, sort_keys=True).encode())
 
 
+def _schema_change(was: list[str], now: list[str]) -> str:
+    """The columns that differ between two schemas given as ``name: type`` texts."""
+    old = dict(c.split(": ", 1) for c in was)
+    new = dict(c.split(": ", 1) for c in now)
+    parts = [f"{n} added" for n in new if n not in old] + [f"{n} removed" for n in old if n not in new]
+    parts += [f"{n} {old[n]} -> {new[n]}" for n in new if n in old and old[n] != new[n]]
+    return ", ".join(parts) or "their order"
+
+
 def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: BucketingGlobalCommitter) -> Claim:
     """Decide whether this copy may write ``output`` with ``checkpoint``; record it as the output's owner.
     Call it holding the copy's lock."""
@@ -94,6 +103,11 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
         # a checkpoint written before origins were recorded: the origin is not compared (and stays unrecorded)
         compared = identity if "origin" in found else {k: v for k, v in identity.items() if k != "origin"}
         differ = sorted(k for k in set(found) | set(compared) if k != "token" and found.get(k) != compared.get(k))
+        if differ == ["schema"]:
+            change = _schema_change(found.get("schema") or [], identity["schema"])
+            raise CheckpointError(f"the source's columns changed since this copy started ({change}): its table "
+                                  "keeps one schema; finish the copy from a source with the columns it started "
+                                  "with, or copy to a new path")
         if differ:
             raise CheckpointError(
                 f"checkpoint {checkpoint} belongs to another copy (it differs in: {', '.join(differ)}; it copies "

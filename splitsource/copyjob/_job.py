@@ -281,6 +281,7 @@ def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], out
                 "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
     if sink.table_format != "none":
         identity["table_format"] = sink.table_format  # a resumed copy does not change the kind of output
+        identity["schema"] = [f"{f.name}: {f.type}" for f in schema]  # ...nor its table's schema
         if overwrite:
             raise OptionsError(f"--overwrite does not start a {sink.table_format} table over: the table keeps its "
                                "history, which a copy may not delete; remove the table (its directory and "

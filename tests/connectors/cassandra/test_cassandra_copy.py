@@ -247,3 +247,23 @@ def test_verify_names_the_key_column_and_token_range_of_one_value_changed_in_a_p
         start, end = (int(t) for t in re.search(r"source: token\((-?\d+),(-?\d+)\]", line).groups())  # type: ignore[union-attr]
         token = int(session.execute(f"SELECT token(id) FROM {KS}.onevalue WHERE id = {key}").one()[0])
         assert start < token <= end, (token, line)
+
+
+def test_a_table_copy_resumed_after_the_source_s_columns_changed_is_refused_in_one_line(
+        cassandra: Any, tmp_path: Path) -> None:
+    """A column added to the Cassandra table between two runs of a copy into a Delta table: the second run is
+    refused before it reads a row, naming the change (the table keeps one schema)."""
+    with cassandra.fresh_table(KS, "altered", "id bigint PRIMARY KEY, v int") as session:
+        for i in range(100):
+            session.execute(f"INSERT INTO {KS}.altered (id, v) VALUES ({i}, {i})")
+        out = tmp_path / "altered"
+        args = ["copy", *source_args(cassandra, table="altered"), "--engine", "local", "--output", str(out),
+                "--table-format", "delta", "--quiet"]
+        first = run(args)
+        assert first.returncode == 0, first.stderr[-3000:]
+        session.execute(f"ALTER TABLE {KS}.altered ADD note text")
+        again = run(args)
+    assert again.returncode == 1, again.stdout + again.stderr
+    lines = [line for line in again.stderr.splitlines() if line.startswith("splitsource")]
+    assert len(lines) == 1 and "Traceback" not in again.stderr, again.stderr
+    assert "the source's columns changed since this copy started (note added)" in lines[0], lines[0]
