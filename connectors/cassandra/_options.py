@@ -56,6 +56,9 @@ class CassandraOptions:
                                             "comma-separated list, or * for every one that has it", parse=str.strip)
     ttl_columns: str = option("", doc="add <col>_ttl (seconds left, null when none) for these regular columns: a "
                                       "list, or *", parse=str.strip)
+    timestamp_unit: str = option("us", doc="unit of timestamp columns: us (timestamp[us], what Spark, Parquet's "
+                                           "readers and tables hold: years -290308..294247) or ms (timestamp[ms]: "
+                                           "the whole CQL range, for --format jsonl or csv)", choices=("us", "ms"))
     connect_timeout_s: float = option(10.0, doc="connect timeout in seconds", minimum=0.1)
     request_timeout_s: float = option(30.0, doc="timeout of one page request in seconds", minimum=0.1)
 

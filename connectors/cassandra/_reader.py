@@ -11,7 +11,7 @@ import pyarrow as pa
 from connectors.cassandra._options import CassandraOptions
 from connectors.cassandra._session import CassandraTimeoutError, CassandraUnavailableError, RangeReplicas, connect
 from connectors.cassandra._splits import CassandraSplit, CassandraSplitState
-from connectors.cassandra._types import exact_protocol_handler
+from connectors.cassandra._types import ValueRangeError, exact_protocol_handler
 from splitsource import ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, SplitState
 
 __all__ = ["CassandraEmitter", "CassandraSplitReader"]
@@ -217,9 +217,10 @@ class _DownNodes:
 class CassandraEmitter(RecordEmitter[_Raw, CassandraSplit]):
     """Rows (tuples) to one Arrow batch, column by column; sets the state to the page's paging state."""
 
-    def __init__(self, schema: pa.Schema, converters: Sequence[Any]) -> None:
+    def __init__(self, schema: pa.Schema, converters: Sequence[Any], keys: Sequence[str] = ()) -> None:
         self._schema = schema
         self._converters = converters
+        self._keys = [(name, schema.names.index(name)) for name in keys if name in schema.names]
 
     def emit(self, raw: _Raw, state: SplitState[CassandraSplit]) -> pa.RecordBatch | None:
         assert isinstance(state, CassandraSplitState)
@@ -233,6 +234,18 @@ class CassandraEmitter(RecordEmitter[_Raw, CassandraSplit]):
         if not rows:
             return None
         columns = list(zip(*rows, strict=True))
-        return pa.RecordBatch.from_arrays(
-            [convert(list(col)) for convert, col in zip(self._converters, columns, strict=True)], schema=self._schema
-        )
+        try:
+            arrays = [convert(list(col)) for convert, col in zip(self._converters, columns, strict=True)]
+        except ValueRangeError as exc:
+            raise ValueRangeError(self._out_of_range(exc, rows), exc.row) from None
+        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+    def _out_of_range(self, exc: ValueRangeError, rows: Sequence[Any]) -> str:
+        """The message of a value out of its Arrow type's range, with the key of its row and the way out."""
+        where = ""
+        if exc.row is not None and self._keys:
+            row = rows[exc.row]
+            where = "row " + ", ".join(f"{name}={row[i]!r}" for name, i in self._keys) + ": "
+        way = (": Parquet, Spark and tables hold timestamps in microseconds; copy it exactly as text with "
+               "-o timestamp_unit=ms and --format jsonl (or csv)" if "timestamp[us]" in str(exc) else "")
+        return f"{where}{exc}{way}"

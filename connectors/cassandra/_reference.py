@@ -33,14 +33,14 @@ def _nullable(convert: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
     return lambda v: None if v is None else convert(v)
 
 
-def plainer(cql_type: Any) -> Callable[[Any], Any] | None:
+def plainer(cql_type: Any, unit: str = "us") -> Callable[[Any], Any] | None:
     """The function from a driver value (not null) of ``cql_type`` to verify's plain form; None where the driver's
     value is already plain. Made once per column, so a row costs a call only for the columns that change."""
     k = kind(cql_type)
     if k == "frozen":
-        return plainer(cql_type.subtypes[0])
-    if k == "timestamp":
-        return lambda v: v * 1000  # integer epoch milliseconds (exact protocol handler) to microseconds
+        return plainer(cql_type.subtypes[0], unit)
+    if k == "timestamp":  # integer epoch milliseconds (exact protocol handler), the plain form of timestamp[ms]
+        return None if unit == "ms" else (lambda v: v * 1000)  # ...or microseconds
     if k == "date":
         return lambda v: v.days_from_epoch
     if k == "time":
@@ -50,15 +50,15 @@ def plainer(cql_type: Any) -> Callable[[Any], Any] | None:
     if k in ("varint", "decimal", "uuid", "timeuuid", "inet"):
         return str
     if k in ("vector", "list", "set"):
-        element = _nullable(plainer(cql_type.subtype if k == "vector" else cql_type.subtypes[0]))
+        element = _nullable(plainer(cql_type.subtype if k == "vector" else cql_type.subtypes[0], unit))
         return lambda v: [element(x) for x in v]
     if k == "map":
-        key, item = (_nullable(plainer(t)) for t in cql_type.subtypes)
+        key, item = (_nullable(plainer(t, unit)) for t in cql_type.subtypes)
         return lambda v: [(key(a), item(b)) for a, b in v.items()]
     if k in ("tuple", "udt"):
         names = [str(n) for n in cql_type.fieldnames] if k == "udt" else [f"f{i}" for i in
                                                                           range(len(cql_type.subtypes))]
-        fields = list(zip(names, [_nullable(plainer(t)) for t in cql_type.subtypes], strict=True))
+        fields = list(zip(names, [_nullable(plainer(t, unit)) for t in cql_type.subtypes], strict=True))
 
         def record(v: Any) -> dict[str, Any]:
             values = list(v)
@@ -70,7 +70,7 @@ def plainer(cql_type: Any) -> Callable[[Any], Any] | None:
 
 
 def reference_rows(session: Any, keyspace: str, table: str, selectors: list[str], fetch_size: int,
-                   restrictions: Sequence[str] = ()) -> Iterator[tuple[Any, ...]]:
+                   restrictions: Sequence[str] = (), unit: str = "us") -> Iterator[tuple[Any, ...]]:
     """Every row of ``keyspace.table`` (``selectors``: quoted columns, ``WRITETIME(..)``, ``TTL(..)``), in verify's
     plain form: one scan of the whole table, or one per WHERE clause in ``restrictions`` (a partial export: token
     ranges, the ``where`` option). A write time is a bigint of microseconds: already the plain form of a
@@ -88,7 +88,7 @@ def reference_rows(session: Any, keyspace: str, table: str, selectors: list[str]
         converters: list[tuple[int, Callable[[Any], Any]]] | None = None
         for row in result:
             if converters is None:  # the columns whose driver values are not plain already
-                converters = [(i, f) for i, t in enumerate(result.column_types) if (f := plainer(t)) is not None]
+                converters = [(i, f) for i, t in enumerate(result.column_types) if (f := plainer(t, unit)) is not None]
             if converters:
                 values = list(row)
                 for i, convert in converters:

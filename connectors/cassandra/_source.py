@@ -106,8 +106,9 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                     _check_where(session, self._select(pk, selectors), self.options.where)
             finally:
                 cluster.shutdown()
-            fields = [pa.field(n, arrow_type(t), nullable=True) for n, t in zip(wanted, types, strict=True)]
-            converters = [column_converter(t, n) for n, t in zip(wanted, types, strict=True)]
+            unit = self.options.timestamp_unit
+            fields = [pa.field(n, arrow_type(t, unit), nullable=True) for n, t in zip(wanted, types, strict=True)]
+            converters = [column_converter(t, n, unit) for n, t in zip(wanted, types, strict=True)]
             for function, _, name in meta:
                 cell_type = _WRITETIME_TYPE if function == "WRITETIME" else pa.int32()
                 fields.append(pa.field(name, cell_type, nullable=True))
@@ -205,7 +206,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
 
     def create_record_emitter(self) -> CassandraEmitter:
         _, _, schema, converters = self._metadata()
-        return CassandraEmitter(schema, converters)
+        return CassandraEmitter(schema, converters, self.key_columns())
 
     def create_split_state(self, split: CassandraSplit) -> CassandraSplitState:
         return CassandraSplitState(split)
@@ -302,7 +303,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
             if parts > 1 and not restrictions:
                 return  # a part of no width: a token range narrower than the parts
             yield from reference_rows(session, self.options.keyspace, self.options.table, expressions,
-                                      self.options.fetch_size, restrictions)
+                                      self.options.fetch_size, restrictions, self.options.timestamp_unit)
         finally:
             cluster.shutdown()
 

@@ -203,20 +203,23 @@ def _make_exact(cql_type: Any) -> Any:
     return type("_Exact" + k.capitalize(), (cql_type,), {"subtypes": tuple(exact)})
 
 
-def arrow_type(cql_type: Any) -> pa.DataType:
-    """Arrow type of a driver ``cqltypes`` class (``ColumnMetadata.cql_type`` parsed by the driver)."""
+def arrow_type(cql_type: Any, unit: str = "us") -> pa.DataType:
+    """Arrow type of a driver ``cqltypes`` class (``ColumnMetadata.cql_type`` parsed by the driver); ``unit``: of
+    timestamps (the ``timestamp_unit`` option)."""
     k = kind(cql_type)
     subtypes = _subtypes(cql_type)
     if k == "frozen":
-        return arrow_type(subtypes[0])
+        return arrow_type(subtypes[0], unit)
     if k in ("list", "set", "vector"):
-        return pa.list_(arrow_type(subtypes[0]))
+        return pa.list_(arrow_type(subtypes[0], unit))
     if k == "map":
-        return pa.map_(arrow_type(subtypes[0]), arrow_type(subtypes[1]))
+        return pa.map_(arrow_type(subtypes[0], unit), arrow_type(subtypes[1], unit))
     if k == "tuple":
-        return pa.struct([(f"f{i}", arrow_type(t)) for i, t in enumerate(subtypes)])
+        return pa.struct([(f"f{i}", arrow_type(t, unit)) for i, t in enumerate(subtypes)])
     if k == "udt":
-        return pa.struct([(str(f), arrow_type(t)) for f, t in zip(cql_type.fieldnames, subtypes, strict=True)])
+        return pa.struct([(str(f), arrow_type(t, unit)) for f, t in zip(cql_type.fieldnames, subtypes, strict=True)])
+    if k == "timestamp":
+        return pa.timestamp(unit, tz="UTC")
     if k in _SIMPLE:
         return _SIMPLE[k]
     raise TypeError(f"CQL type {cql_type.cql_parameterized_type()} is not supported")
@@ -230,7 +233,11 @@ def select_expression(cql_type: Any, column_sql: str) -> str:
 
 
 class ValueRangeError(ValueError):
-    """A value the source holds that its Arrow type cannot."""
+    """A value the source holds that its Arrow type cannot; ``row``: its index in the batch, where known."""
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row
 
 
 _MIN_MS, _MAX_MS = -(_INT64 // 1000), (_INT64 - 1) // 1000  # the epoch milliseconds timestamp[us] can hold
@@ -250,22 +257,25 @@ def _ms_to_us_array(values: list[Any], target: pa.DataType) -> pa.Array:
     ms = pa.array(values, pa.int64())  # a fresh array: offset 0, and 0 in the slots of nulls
     data = np.frombuffer(ms.buffers()[1], dtype=np.int64, count=len(ms))
     if len(data) and not (_MIN_MS <= data.min() and data.max() <= _MAX_MS):
-        for v in values:
+        for row, v in enumerate(values):
             if v is not None:
-                _ms_to_us(v)  # raises, naming the first value out of range
+                try:
+                    _ms_to_us(v)  # raises, naming the first value out of range
+                except ValueRangeError as exc:
+                    raise ValueRangeError(str(exc), row) from None
     return pa.Array.from_buffers(target, len(ms), [ms.buffers()[0], pa.py_buffer(data * 1000)],
                                  null_count=ms.null_count)
 
 
-def _value_converter(cql_type: Any) -> Callable[[Any], Any] | None:
+def _value_converter(cql_type: Any, unit: str = "us") -> Callable[[Any], Any] | None:
     """A function turning one value decoded with :func:`exact_type` into what ``pa.array`` takes for
     :func:`arrow_type`; None: the value is taken as it is."""
     k = kind(cql_type)
     subtypes = _subtypes(cql_type)
     if k == "frozen":
-        return _value_converter(subtypes[0])
+        return _value_converter(subtypes[0], unit)
     if k == "timestamp":
-        return lambda v: None if v is None else _ms_to_us(v)
+        return None if unit == "ms" else (lambda v: None if v is None else _ms_to_us(v))
     if k in _TO_TEXT:
         return lambda v: None if v is None else str(v)
     if k == "time":
@@ -275,18 +285,18 @@ def _value_converter(cql_type: Any) -> Callable[[Any], Any] | None:
     if k == "duration":
         return lambda v: None if v is None else {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
     if k in ("list", "set", "vector"):
-        inner = _value_converter(subtypes[0])
+        inner = _value_converter(subtypes[0], unit)
         if inner is None:
             return lambda v: None if v is None else list(v)
         return lambda v: None if v is None else [inner(x) for x in v]
     if k == "map":
-        kc, vc = _value_converter(subtypes[0]), _value_converter(subtypes[1])
+        kc, vc = _value_converter(subtypes[0], unit), _value_converter(subtypes[1], unit)
         return lambda v: None if v is None else [
             (kc(key) if kc else key, vc(x) if vc else x) for key, x in v.items()
         ]
     if k in ("tuple", "udt"):
         names = [f"f{i}" for i in range(len(subtypes))] if k == "tuple" else [str(f) for f in cql_type.fieldnames]
-        convs = [_value_converter(t) for t in subtypes]
+        convs = [_value_converter(t, unit) for t in subtypes]
 
         def struct(v: Any) -> Any:
             if v is None:
@@ -300,25 +310,36 @@ def _value_converter(cql_type: Any) -> Callable[[Any], Any] | None:
     return None
 
 
-def column_converter(cql_type: Any, name: str) -> Callable[[list[Any]], pa.Array]:
+def column_converter(cql_type: Any, name: str, unit: str = "us") -> Callable[[list[Any]], pa.Array]:
     """A function turning one column's driver values, selected with :func:`select_expression` and decoded with
-    :func:`exact_type`, into an Arrow array; a value that does not fit fails, naming the column and the value."""
-    target = arrow_type(cql_type)
+    :func:`exact_type`, into an Arrow array; a value that does not fit fails, naming the column and the value (and
+    its row in the batch, where known)."""
+    target = arrow_type(cql_type, unit)
     k = kind(cql_type)
-    convert = None if k in _SERVER_SIDE else _value_converter(cql_type)
+    convert = None if k in _SERVER_SIDE else _value_converter(cql_type, unit)
     label = f"column '{name}' ({cql_type.cql_parameterized_type()})"
 
     def to_array(values: list[Any]) -> pa.Array:
         try:
+            if k == "timestamp" and unit == "ms":  # epoch milliseconds: timestamp[ms] holds every one
+                return pa.array(values, pa.int64()).view(target)
             if k == "timestamp":  # epoch milliseconds; checked: a value past Arrow's range fails, naming it
                 return _ms_to_us_array(values, target)
             if k in ("uuid", "timeuuid") and isinstance(next((v for v in values if v is not None), None), bytes):
                 return uuid_text_array(values)  # decoded raw (exact_protocol_handler(raw_uuids=True))
             if convert is not None:
-                values = [convert(v) for v in values]
+                try:
+                    values = [convert(v) for v in values]
+                except ValueRangeError:
+                    for row, v in enumerate(values):  # again, to name the row
+                        try:
+                            convert(v)
+                        except ValueRangeError as exc:
+                            raise ValueRangeError(str(exc), row) from None
+                    raise
             return pa.array(values, type=target)
         except ValueRangeError as exc:
-            raise ValueRangeError(f"{label}: {exc}") from None
+            raise ValueRangeError(f"{label}: {exc}", exc.row) from None
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as exc:
             raise ValueRangeError(f"{label}: a value does not fit {target}: {exc}") from exc
 

@@ -123,7 +123,14 @@ class TableFormat(ABC):
             raise OptionsError(f"table_format {self.name!r}: bucketer {bucketer!r} is refused; {what}")
 
     def check_schema(self, schema: pa.Schema, partitions: Sequence[str]) -> None:
-        """Refuse, before anything is written, partition columns whose values the table cannot hold as text."""
+        """Refuse, before anything is written, what the table cannot hold: timestamps in another unit than
+        microseconds (Delta's and Iceberg's), partition columns whose values it cannot hold as text."""
+        for field in schema:
+            unit = _timestamp_unit(field.type)
+            if unit not in (None, "us"):
+                raise OptionsError(f"column {field.name!r} holds timestamps in {unit} ({field.type}); a {self.name} "
+                                   "table holds microseconds: read them as microseconds (a Cassandra source: drop "
+                                   "-o timestamp_unit=ms), or copy them as text (--format jsonl or csv)")
         for name in partitions:
             t = schema.field(name).type
             if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
@@ -452,6 +459,17 @@ class IcebergFormat(TableFormat):
             out.append(TableCommit(snapshot.snapshot_id, int(seq) if seq is not None else None,
                                    summary.get(f"{TAG}.log"), int(summary.get(f"{TAG}.rows", 0))))
         return out
+
+
+def _timestamp_unit(t: pa.DataType) -> str | None:
+    """The unit of the timestamps ``t`` holds, at any depth (a unit other than microseconds, if there are two)."""
+    if pa.types.is_timestamp(t):
+        return str(t.unit)
+    inner = ([t.key_type, t.item_type] if pa.types.is_map(t) else [t.value_type] if pa.types.is_list(t)
+             or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) else [f.type for f in t]
+             if pa.types.is_struct(t) else [])
+    units = {u for u in map(_timestamp_unit, inner) if u is not None}
+    return None if not units else sorted(units - {"us"} or units)[0]
 
 
 def _temporal_metrics(schema: Any) -> list[str]:

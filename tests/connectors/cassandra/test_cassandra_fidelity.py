@@ -349,6 +349,73 @@ def test_a_value_arrow_cannot_hold_fails_the_copy_naming_column_and_value(node: 
     ours = [line for line in result.stderr.splitlines() if line.startswith("splitsource")]
     assert len(ours) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "column 'at' (timestamp)" in ours[0] and "-9223372036854775807 ms" in ours[0], ours[0]
+    assert "row id=1: " in ours[0] and "-o timestamp_unit=ms and --format jsonl" in ours[0], ours[0]
+
+
+def _civil(days: int) -> tuple[int, int, int]:
+    """Year, month, day of ``days`` since 1970-01-01 in the proleptic Gregorian calendar, at any year (Howard
+    Hinnant's days-to-civil, integer arithmetic only: the test's own, not splitsource's)."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day, month = doy - (153 * mp + 2) // 5 + 1, mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
+def _iso_ms(ms: int) -> str:
+    days, rest = divmod(ms, 86_400_000)
+    year, month, day = _civil(days)
+    hours, rest = divmod(rest, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    shown = f"{year:04d}" if 0 <= year <= 9999 else f"{year:+05d}"
+    return f"{shown}-{month:02d}-{day:02d}T{hours:02d}:{minutes:02d}:{seconds:02d}.{millis:03d}Z"
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_timestamps_past_arrows_microseconds_are_copied_exactly_as_text_in_milliseconds(node: Any, tmp_path: Path,
+                                                                                     fmt: str) -> None:
+    """``-o timestamp_unit=ms``: the whole CQL range (±2**63 ms) in JSON lines and CSV, each value the text of
+    the inserted milliseconds; verify agrees; a table refuses milliseconds in one line."""
+    from tests.splitsource.copyjob.test_copy import run
+
+    inserted = {1: -9223372036854775807, 2: 9223372036854775807, 3: 253_402_300_800_000, 4: 1, 5: None}
+    cluster, session = node.session()
+    try:
+        session.execute(f"CREATE TABLE IF NOT EXISTS {KS}.all_ms (id int PRIMARY KEY, at timestamp, "
+                        "l list<timestamp>)")
+        for rid, ms in inserted.items():
+            value = "null" if ms is None else str(ms)
+            session.execute(f"INSERT INTO {KS}.all_ms (id, at, l) VALUES ({rid}, {value}, [{0 if ms is None else ms}])")
+    finally:
+        cluster.shutdown()
+    source = ["--connector", "cassandra", "-o", f"hosts={node.hosts}", "-o", f"port={node.port}",
+              "-o", f"keyspace={KS}", "-o", "table=all_ms", "-o", "timestamp_unit=ms"]
+    out = tmp_path / "out"
+    result = run(["copy", *source, "--engine", "local", "--format", fmt, "--output", str(out), "--quiet"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows: dict[int, tuple[Any, Any]] = {}
+    for part in sorted(out.glob("part-*")):
+        if fmt == "jsonl":
+            for line in part.read_text().splitlines():
+                row = json.loads(line)
+                rows[row["id"]] = (row["at"], row["l"])
+        else:
+            records = list(csv.reader(io.StringIO(part.read_text(), newline="")))
+            header = records[0]
+            for record in records[1:]:
+                row = dict(zip(header, record, strict=True))
+                rows[int(row["id"])] = (row["at"] or None, json.loads(row["l"]))
+    assert rows == {rid: (None if ms is None else _iso_ms(ms), [_iso_ms(0 if ms is None else ms)])
+                    for rid, ms in inserted.items()}
+    check = run(["verify", *source, "--output", str(out)])
+    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+    refused = run(["copy", *source, "--engine", "local", "--output", str(tmp_path / "table"), "--table-format",
+                   "delta"])
+    assert refused.returncode == 2 and "a delta table holds microseconds" in refused.stderr, refused.stderr
 
 
 def test_a_bucket_value_too_long_for_a_file_name_fails_the_copy_in_one_line(node: Any, tmp_path: Path) -> None:
