@@ -148,7 +148,9 @@ def _parser() -> argparse.ArgumentParser:
                           epilog=f"sink options (--sink-option KEY=VALUE):\n{_sink_table()}\n\n{EXAMPLES}",
                           formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     source_args(copy)
-    copy.add_argument("--format", default="parquet", help="parquet (default), jsonl or csv")
+    copy.add_argument("--format", default="parquet",
+                      help="part-file format: parquet (default) or another the sink registers (its option format, "
+                           "below)")
     copy.add_argument("--bucketer", default="none", help="none (default), datetime or columns")
     copy.add_argument("--table-format", choices=TABLE_FORMAT_NAMES, default="none",
                       help="land the copy as table commits, one per batch: delta (pip install "
