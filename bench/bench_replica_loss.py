@@ -47,7 +47,20 @@ def load(rows: int) -> None:
                 raise SystemExit("bench: the ring's nodes never all joined")
             time.sleep(0.2)
         session.execute("CREATE KEYSPACE rf3 WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 3}")
-        session.execute("CREATE TABLE rf3.t (id bigint PRIMARY KEY, payload blob)")
+        # a ring just started: the next statement may reach a node the keyspace has not reached yet (it failed
+        # once with "Keyspace 'rf3' doesn't exist"); poll until every node knows it
+        from cassandra import InvalidRequest
+
+        while True:
+            cluster.control_connection.wait_for_schema_agreement(wait_time=30)
+            try:
+                session.execute("CREATE TABLE IF NOT EXISTS rf3.t (id bigint PRIMARY KEY, payload blob)")
+                break
+            except InvalidRequest:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        cluster.control_connection.wait_for_schema_agreement(wait_time=30)
         insert = session.prepare("INSERT INTO rf3.t (id, payload) VALUES (?, ?)")
         insert.consistency_level = ConsistencyLevel.ALL
         execute_concurrent_with_args(session, insert, [(i, os.urandom(200)) for i in range(rows)], concurrency=128,
