@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ if __name__ == "__main__":  # scripts/ holds cassandra.py, which would shadow th
     sys.path[0] = str(ROOT)
 
 from scripts.cassandra import java_binary, port_open  # noqa: E402
+from scripts.s3server import pid_of, stop_by_pid_file  # noqa: E402
 
 VERSION = "1.10.0"
 CACHE = Path(os.environ.get("SPLITSOURCE_CACHE", Path.home() / ".cache" / "splitsource"))
@@ -79,12 +79,7 @@ def _answers(address: str, port: int) -> bool:
 
 
 def _pid(root: Path) -> int | None:
-    try:
-        pid = int((root / "rest.pid").read_text())
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError):
-        return None
+    return pid_of(root / "rest.pid")
 
 
 def start(root: Path = DEFAULT_DIR, address: str = "127.0.0.1", port: int = 18181, timeout: float = 120.0) -> str:
@@ -112,20 +107,7 @@ def start(root: Path = DEFAULT_DIR, address: str = "127.0.0.1", port: int = 1818
 
 
 def stop(root: Path = DEFAULT_DIR, timeout: float = 30.0) -> None:
-    pid = _pid(root)
-    if pid is None:
-        return
-    os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _pid(root) is not None and time.monotonic() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
-        except ChildProcessError:
-            pass
-        time.sleep(0.2)
-    if _pid(root) is not None:
-        os.killpg(pid, signal.SIGKILL)
-    (root / "rest.pid").unlink(missing_ok=True)
+    stop_by_pid_file(root / "rest.pid", timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

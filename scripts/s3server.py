@@ -73,13 +73,36 @@ def environment(address: str, port: int) -> dict[str, str]:
             "AWS_ENDPOINT_URL": f"http://{address}:{port}", "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true"}
 
 
-def _pid(root: Path) -> int | None:
+def pid_of(pid_file: Path) -> int | None:
+    """The PID ``pid_file`` names, if that process runs."""
     try:
-        pid = int((root / "weed.pid").read_text())
+        pid = int(pid_file.read_text())
         os.kill(pid, 0)
         return pid
     except (OSError, ValueError):
         return None
+
+
+def stop_by_pid_file(pid_file: Path, timeout: float = 30.0) -> None:
+    """Stop the process group ``pid_file`` names (SIGTERM, then SIGKILL after ``timeout``); forget the file."""
+    pid = pid_of(pid_file)
+    if pid is None:
+        return
+    os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_of(pid_file) is not None and time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+        except ChildProcessError:
+            pass
+        time.sleep(0.2)
+    if pid_of(pid_file) is not None:
+        os.killpg(pid, signal.SIGKILL)
+    pid_file.unlink(missing_ok=True)
+
+
+def _pid(root: Path) -> int | None:
+    return pid_of(root / "weed.pid")
 
 
 def start(root: Path = DEFAULT_DIR, address: str = "127.0.0.1", port: int = 18333, bucket: str = "lake",
@@ -128,20 +151,7 @@ def _bucket_answers(address: str, port: int, bucket: str) -> bool:
 
 
 def stop(root: Path = DEFAULT_DIR, timeout: float = 30.0) -> None:
-    pid = _pid(root)
-    if pid is None:
-        return
-    os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _pid(root) is not None and time.monotonic() < deadline:
-        try:
-            os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
-        except ChildProcessError:
-            pass
-        time.sleep(0.2)
-    if _pid(root) is not None:
-        os.killpg(pid, signal.SIGKILL)
-    (root / "weed.pid").unlink(missing_ok=True)
+    stop_by_pid_file(root / "weed.pid", timeout)
 
 
 def spark_jars() -> list[Path]:
