@@ -30,49 +30,36 @@ GEN = ["--connector", "generator", "-o", "rows=30000", "-o", "split_rows=5000",
        "-o", "columns=id:bigint,name:string?,score:double,at:timestamp"]
 
 
-def test_spark_with_delta_reads_the_copy_exactly_and_travels_to_each_batch(tmp_path: Path) -> None:
-    assert (SPARK_42 / ".complete").exists(), "PySpark 4.2 is not installed apart: run scripts/test.sh"
-    out = tmp_path / "table"
-    result = run(["copy", *GEN, "--engine", "local", "--output", str(out), "--table-format", "delta",
-                  "--max-splits-per-batch", "2", "--quiet"])
-    assert result.returncode == 0, result.stderr[-3000:]
-    committer = parse_sink_options({"path": str(out), "table_format": "delta"}).committer()
-    assert committer.table is not None
-    history = committer.table.history(committer)
-    assert [c.seq for c in history] == [1, 2, 3]  # 6 splits, 2 a batch
-    # the truth of each version: the rows its batches committed, from the sink's own log
-    totals = {str(c.version): r.total_rows for c, (r, _) in zip(history, committer.records(), strict=True)}
-    assert list(totals.values()) == [10_000, 20_000, 30_000]
-    env = {**os.environ, "PYTHONPATH": str(SPARK_42), "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run([sys.executable, str(JOB), "delta", str(out), ",".join(totals)], capture_output=True,
-                          text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    read = json.loads(done.stdout.strip().splitlines()[-1])
-    assert read["spark"].startswith("4.2")
-    assert read["ids"] == list(range(30_000))
-    assert read["counts"] == totals
-
-
-def test_spark_with_iceberg_reads_the_copy_exactly_and_travels_to_each_snapshot(tmp_path: Path) -> None:
-    assert (SPARK_41 / ".complete").exists(), "PySpark 4.1 is not installed apart: run scripts/test.sh"
+def _copy_and_read_with_spark(tmp_path: Path, fmt: str, spark: Path) -> None:
+    """Copy 6 splits, 2 a batch, into a ``fmt`` table; read it in the PySpark at ``spark`` (its line's connector):
+    every id once, and each version or snapshot holds the rows its batches committed (the sink's own log)."""
     from splitsource.sink import open_table
 
+    assert (spark / ".complete").exists(), f"{spark.name} is not installed apart: run scripts/test.sh"
     out = tmp_path / "table"
-    result = run(["copy", *GEN, "--engine", "local", "--output", str(out), "--table-format", "iceberg",
+    result = run(["copy", *GEN, "--engine", "local", "--output", str(out), "--table-format", fmt,
                   "--max-splits-per-batch", "2", "--quiet"])
     assert result.returncode == 0, result.stderr[-3000:]
-    committer = parse_sink_options({"path": str(out), "table_format": "iceberg"}).committer()
+    committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()
     assert committer.table is not None
     history = committer.table.history(committer)
     assert [c.seq for c in history] == [1, 2, 3]
     totals = {str(c.version): r.total_rows for c, (r, _) in zip(history, committer.records(), strict=True)}
     assert list(totals.values()) == [10_000, 20_000, 30_000]
-    metadata = open_table(str(out)).metadata_location
-    env = {**os.environ, "PYTHONPATH": str(SPARK_41), "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run([sys.executable, str(JOB), "iceberg", metadata, ",".join(totals)], capture_output=True,
+    where = str(out) if fmt == "delta" else open_table(str(out)).metadata_location
+    env = {**os.environ, "PYTHONPATH": str(spark), "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run([sys.executable, str(JOB), fmt, where, ",".join(totals)], capture_output=True,
                           text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     read = json.loads(done.stdout.strip().splitlines()[-1])
-    assert read["spark"].startswith("4.1")
+    assert read["spark"].startswith(spark.name.rsplit("-", 1)[1])
     assert read["ids"] == list(range(30_000))
     assert read["counts"] == totals
+
+
+def test_spark_with_delta_reads_the_copy_exactly_and_travels_to_each_batch(tmp_path: Path) -> None:
+    _copy_and_read_with_spark(tmp_path, "delta", SPARK_42)
+
+
+def test_spark_with_iceberg_reads_the_copy_exactly_and_travels_to_each_snapshot(tmp_path: Path) -> None:
+    _copy_and_read_with_spark(tmp_path, "iceberg", SPARK_41)
