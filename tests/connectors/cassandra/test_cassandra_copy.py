@@ -39,16 +39,35 @@ def source_args(node: Any, table: str = "events") -> list[str]:
             "-o", f"table={table}", "-o", "splits=16", "-o", "fetch_size=500"]
 
 
-def ledger_rows(checkpoint: Path) -> dict[str, int]:
+def ledger_rows(checkpoint: Path, out: Path) -> dict[str, int]:
     """Rows per split in the copy's split ledger, each split once (read as plain JSON: the test's own reading)."""
     import json
 
     found: dict[str, int] = {}
     for path in sorted((checkpoint / "splits").iterdir()):
         for split_id, rows, _ in json.loads(path.read_text())["splits"]:
-            assert split_id not in found, f"split {split_id} is in two batches of the ledger"
+            assert split_id not in found, f"split {split_id} is in two batches of the ledger\n" + _evidence(
+                checkpoint, out)
             found[split_id] = rows
     return found
+
+
+def _evidence(checkpoint: Path, out: Path) -> str:
+    """What a failure of the ledger's rule needs to be understood (it failed once in CI and not in 80 kills here):
+    every ledger file, the output's commit records and the checkpoint's offsets, in batch order."""
+    import json
+
+    lines = ["ledger (file: query, batch, [split rows]):"]
+    for path in sorted((checkpoint / "splits").iterdir()):
+        body = json.loads(path.read_text())
+        lines.append(f"  {path.name}: {body['query']} {body['batch']} {[(s[0], s[1]) for s in body['splits']]}")
+    log = out.with_name(out.name + ".bucketing") / "log"
+    lines.append("records: " + " ".join(sorted(p.name for p in log.iterdir())) if log.is_dir() else "no records")
+    for path in sorted(checkpoint.glob("*/offsets/*")):
+        body = json.loads(path.read_text())
+        taken, splits = body.get("taken"), len(body.get("batch", []))
+        lines.append(f"  offset {path.parent.parent.name} {path.name}: taken {taken}, {splits} split(s)")
+    return "\n".join(lines)
 
 
 def test_cassandra_copy_to_json_lines_killed_and_rerun_is_exact(table: Any, tmp_path: Path) -> None:
@@ -58,9 +77,9 @@ def test_cassandra_copy_to_json_lines_killed_and_rerun_is_exact(table: Any, tmp_
             "--max-rows-per-second", "3000", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=3, seed=11)
     assert f"copy finished: {ROWS:,} rows" in stdout
-    assert sum(ledger_rows(tmp_path / "events.checkpoint").values()) == ROWS
-    check = run(["verify", *source_args(table), "--output", str(out)])
+    check = run(["verify", *source_args(table), "--output", str(out)])  # first: whether the output itself is right
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+    assert sum(ledger_rows(tmp_path / "events.checkpoint", out).values()) == ROWS
 
 
 def test_cassandra_copy_to_parquet_bucketed_by_column_verifies(table: Any, tmp_path: Path, spark: Any) -> None:
@@ -125,9 +144,9 @@ def test_cassandra_local_engine_copy_killed_and_rerun_is_exact(table: Any, tmp_p
             "--max-splits-per-batch", "2", "--max-rows-per-second", "3000", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=3, seed=5, jitter=0.5)
     assert f"copy finished: {ROWS:,} rows" in stdout
-    assert sum(ledger_rows(tmp_path / "events.checkpoint").values()) == ROWS
-    check = run(["verify", *source_args(table), "--output", str(out)])
+    check = run(["verify", *source_args(table), "--output", str(out)])  # first: whether the output itself is right
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+    assert sum(ledger_rows(tmp_path / "events.checkpoint", out).values()) == ROWS
     assert not list(out.rglob("*.in-progress")) and not list(out.rglob("*.pending"))
 
 
