@@ -197,7 +197,10 @@ class VerifyResult:
 
 
 def _bucket_columns(layout: dict[str, Any]) -> list[str]:
-    if layout.get("bucketer") != "columns":
+    """The columns whose values the output's paths carry instead of its files (none when the files hold them:
+    an Iceberg table's files do, and its readers read them there)."""
+    table = table_format(str(layout.get("table_format") or "none"))
+    if layout.get("bucketer") != "columns" or (table is not None and table.partition_columns_in_files):
         return []
     return [c.strip() for c in str(layout.get("bucket_columns", "")).split(",") if c.strip()]
 

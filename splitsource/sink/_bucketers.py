@@ -83,8 +83,9 @@ def _null_if_empty(column: pa.Array) -> pa.Array:
 class Bucketer(ABC):
     """Splits a batch by bucket. Implementations are immutable and cheap to copy to executors."""
 
-    #: columns that the bucket path carries and the files therefore leave out (Hive style)
+    #: columns that the bucket path carries and the files therefore leave out (Hive style), unless ``in_files``
     columns: tuple[str, ...] = ()
+    in_files: bool = False
 
     @abstractmethod
     def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
@@ -182,13 +183,14 @@ class ColumnBucketer(Bucketer):
     """Buckets by the values of some columns: ``col1=value1/col2=value2`` (Hive style, values encoded).
 
     The bucket columns are left out of the files, as Spark's ``partitionBy`` does; Spark's readers put them back
-    from the path.
+    from the path. ``in_files``: the files keep them too (an Iceberg table's files hold their partition columns).
     """
 
-    def __init__(self, columns: Sequence[str]) -> None:
+    def __init__(self, columns: Sequence[str], in_files: bool = False) -> None:
         if not columns:
             raise OptionsError("option 'bucket_columns': name at least one column for bucketer 'columns'")
         self.columns = tuple(columns)
+        self.in_files = in_files
         self._paths: dict[tuple[str | None, ...], str] = {}
 
     def check(self, schema: pa.Schema) -> None:
@@ -196,13 +198,13 @@ class ColumnBucketer(Bucketer):
         if missing:
             raise OptionsError(f"option 'bucket_columns': no column {', '.join(map(repr, missing))} in the data; "
                                f"columns: {', '.join(schema.names)}")
-        if len(self.columns) == len(schema.names):
+        if len(self.columns) == len(schema.names) and not self.in_files:
             raise OptionsError("option 'bucket_columns': at least one column must stay in the files")
 
     def split(self, batch: pa.RecordBatch, now: float) -> list[tuple[str, pa.RecordBatch]]:
         import pyarrow.compute as pc
-        keep = [i for i, name in enumerate(batch.schema.names) if name not in self.columns]
-        data = batch.select(keep)
+        data = batch if self.in_files else batch.select(
+            [i for i, name in enumerate(batch.schema.names) if name not in self.columns])
         keys = pa.table([_null_if_empty(pc.cast(batch.column(c), pa.string())) for c in self.columns],
                         names=list(self.columns))
         # one pass whatever the number of buckets: code every row's key (nulls get a code of their own), sort the

@@ -107,7 +107,9 @@ class BucketingSinkOptions:
             return BasePathBucketer()
         if self.bucketer == "datetime":
             return DateTimeBucketer(self.bucket_format, self.timezone)
-        return ColumnBucketer([c.strip() for c in self.bucket_columns.split(",") if c.strip()])
+        table = table_format(self.table_format)
+        return ColumnBucketer([c.strip() for c in self.bucket_columns.split(",") if c.strip()],
+                              in_files=table is not None and table.partition_columns_in_files)
 
 
 MAX_OBJECT_STORE_PART_MB = 4096  # under S3's 5 GiB CopyObject limit, with room for the row group that rolls it

@@ -110,6 +110,7 @@ class TableFormat(ABC):
                                f"pip install 'splitsource[{self.extra}]'") from None
 
     partitions: ClassVar[bool] = False  # bucket columns become the table's identity partitions
+    partition_columns_in_files: ClassVar[bool] = False  # the part files hold them too (else only their paths)
 
     def check(self, *, file_format: str, bucketer: str, path: str, catalog: str) -> None:
         """Refuse what this format cannot hold, before anything is written."""
@@ -119,7 +120,7 @@ class TableFormat(ABC):
         allowed = ("none", "columns") if self.partitions else ("none",)
         if bucketer not in allowed:
             what = ("the table is partitioned by its bucket columns (bucketer 'columns') or not at all (bucketer "
-                    "'none')" if self.partitions else "the table is written unpartitioned for now (bucketer 'none')")
+                    "'none')" if self.partitions else "the table is written unpartitioned (bucketer 'none')")
             raise OptionsError(f"table_format {self.name!r}: bucketer {bucketer!r} is refused; {what}")
 
     def check_schema(self, schema: pa.Schema, partitions: Sequence[str]) -> None:
@@ -137,6 +138,11 @@ class TableFormat(ABC):
                     or pa.types.is_boolean(t) or pa.types.is_date32(t)):
                 raise OptionsError(f"option 'bucket_columns': column {name!r} ({t}) cannot partition a {self.name} "
                                    "table; partition by integer, text, boolean or date columns")
+
+    def check_partition_values(self, batch: pa.RecordBatch, partitions: Sequence[str]) -> None:
+        """Refuse, in the task that writes them, partition values the table cannot hold (before any file of them
+        becomes pending, so that no commit is logged that the table could not publish). Delta holds any."""
+        return None
 
     @abstractmethod
     def open(self, committer: BucketingGlobalCommitter) -> Any:
@@ -223,7 +229,7 @@ def _file_schema(committer: BucketingGlobalCommitter, record: CommitRecord) -> p
     fields = list(schema.remove_metadata())
     if carried:
         partitions = _partition_schema(carried)
-        fields += [f.with_metadata(None) for f in partitions]
+        fields += [f.with_metadata(None) for f in partitions if f.name not in schema.names]
         return pa.schema(fields, metadata={PARTITIONS_KEY: carried})
     return pa.schema(fields)
 
@@ -358,6 +364,8 @@ class IcebergFormat(TableFormat):
     package = "pyiceberg"
     extra = "iceberg"
     reserved = ("metadata",)
+    partitions = True
+    partition_columns_in_files = True  # add_files reads a file's partition from its columns' bounds
     NAMESPACE = "splitsource"
 
     def check(self, *, file_format: str, bucketer: str, path: str, catalog: str) -> None:
@@ -417,22 +425,28 @@ class IcebergFormat(TableFormat):
     def publish(self, committer: BucketingGlobalCommitter, log_id: str, record: CommitRecord,
                 schema: pa.Schema | None) -> None:
         table = self.table(committer)
+        partitions = partition_columns(schema)
         if table is None:
             if schema is None:
                 return
             catalog = self.catalog(committer)
             catalog.create_namespace_if_not_exists(self.NAMESPACE)
-            table = catalog.create_table(self.identifier(committer), schema=schema,
+            table = catalog.create_table(self.identifier(committer), schema=schema.remove_metadata(),
                                          location=location(committer).child(committer.base))
         elif schema is not None:
             _check_schema(self.name, committer.base, table.schema().as_arrow(), schema)
+        if schema is not None:
+            table = self._partition(committer, table, partitions)
         where = location(committer)
         paths = [where.child(f.finished_path(committer.base, committer.names)) for f in record.files]
         with table.transaction() as tx:
-            counts_only = {key: "counts" for key in _temporal_metrics(table.schema())
-                           if table.properties.get(key) != "counts"}
-            if counts_only:
-                tx.set_properties(counts_only)
+            # bounds: none for dates and timestamps (see _temporal_metrics), whole values for the partition
+            # columns (add_files reads a file's partition as its column's min, equal to its max)
+            wanted = {key: "counts" for key in _temporal_metrics(table.schema())}
+            wanted.update({f"{METRICS}{name}": "full" for name in partitions})
+            changed = {k: v for k, v in wanted.items() if table.properties.get(k) != v}
+            if changed:
+                tx.set_properties(changed)
             if record.kind == "overwrite":
                 from pyiceberg.expressions import AlwaysTrue
 
@@ -440,6 +454,39 @@ class IcebergFormat(TableFormat):
             if paths:
                 tx.add_files(paths, snapshot_properties=_tags(record, log_id), check_duplicate_files=False)
             tx.set_properties({self._key(log_id): str(record.seq)})
+
+    # pyiceberg reads a file's partition from its column's bounds as a Python date: years 1 to 9999 only
+    _DATES = (-719_162, 2_932_896)  # days from 1970-01-01 to 0001-01-01 and to 9999-12-31
+
+    def check_partition_values(self, batch: pa.RecordBatch, partitions: Sequence[str]) -> None:
+        import pyarrow.compute as pc
+
+        for name in partitions:
+            column = batch.column(name)
+            if not pa.types.is_date32(column.type) or column.null_count == len(column):
+                continue
+            low, high = (v.as_py() for v in pc.min_max(column.cast(pa.int32())).values())
+            lo, hi = self._DATES
+            if low < lo or high > hi:
+                days = low if low < lo else high
+                raise SinkError(f"column {name!r}: the date {days} days from 1970-01-01 cannot partition an iceberg "
+                                "table (pyiceberg reads partition values as dates of years 1 to 9999); partition "
+                                "by another column, or use table_format 'delta'")
+
+    def _partition(self, committer: BucketingGlobalCommitter, table: Any, partitions: Sequence[str]) -> Any:
+        """The table partitioned by identity on ``partitions``: a table made just now (no snapshot yet) gets its
+        spec; a table partitioned otherwise is refused."""
+        spec = table.spec()
+        found = [table.schema().find_column_name(f.source_id) for f in spec.fields]
+        if found == list(partitions):
+            return table
+        if found or table.current_snapshot() is not None:
+            raise SinkError(f"the iceberg table {committer.base} is partitioned by {found or 'nothing'}; this write "
+                            f"by {list(partitions) or 'nothing'}: write to another path")
+        with table.update_spec() as update:
+            for name in partitions:
+                update.add_identity(name)
+        return table
 
     def data_files(self, committer: BucketingGlobalCommitter) -> list[str]:
         table = self.table(committer)
@@ -472,6 +519,9 @@ def _timestamp_unit(t: pa.DataType) -> str | None:
     return None if not units else sorted(units - {"us"} or units)[0]
 
 
+METRICS = "write.metadata.metrics.column."  # Iceberg's per-column metrics mode property
+
+
 def _temporal_metrics(schema: Any) -> list[str]:
     """The metrics properties that keep only counts for every date and timestamp column (nested ones too):
     pyiceberg reads a file's min and max as Python dates, which end at year 9999, where Cassandra's dates and
@@ -485,7 +535,7 @@ def _temporal_metrics(schema: Any) -> list[str]:
         except ValueError:
             continue
         if isinstance(field.field_type, DateType | TimestampType | TimestamptzType):
-            out.append(f"write.metadata.metrics.column.{schema.find_column_name(field_id)}")
+            out.append(f"{METRICS}{schema.find_column_name(field_id)}")
     return out
 
 

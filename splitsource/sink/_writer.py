@@ -29,6 +29,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -115,11 +116,14 @@ class BucketingSinkWriter:
         check = getattr(self._bucketer, "check", None)
         if check is not None:
             check(schema)
-        self._file_schema = pa.schema([f for f in schema if f.name not in self._bucketer.columns])
+        self._file_schema = schema if self._bucketer.in_files else pa.schema(
+            [f for f in schema if f.name not in self._bucketer.columns])
         table = table_format(options.table_format)
+        self._check_rows = None if table is None else partial(table.check_partition_values,
+                                                              partitions=self._bucketer.columns)
         if table is not None:
             table.check_schema(schema, self._bucketer.columns)
-            # the bucket columns' types, for the table's partition columns (they are not in the files)
+            # the bucket columns' names and types, for the table's partition columns (Delta's files leave them out)
             self._file_schema = self._file_schema.with_metadata(
                 partition_metadata([schema.field(c) for c in self._bucketer.columns]))
         self._fs = as_store(fs)
@@ -156,6 +160,8 @@ class BucketingSinkWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
+        if self._check_rows is not None:
+            self._check_rows(batch)
         now = self._ticker()
         out: list[tuple[str, pa.RecordBatch]] = []  # rows of buckets past max_open_files, to sort out
         for bucket, rows in self._bucketer.split(batch, self._clock()):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import pytest
 
 from splitsource.sink import open_table, parse_sink_options
@@ -50,25 +51,40 @@ def logged_and_tagged_at(uri: str, fmt: str, catalog: str = "") -> tuple[int, li
 def test_a_table_copy_killed_ten_times_holds_every_row_once_and_one_commit_per_batch(
         tmp_path: Path, fmt: str, engine: str) -> None:
     out = tmp_path / "table"
-    source = GEN
-    partitioned: list[str] = []
-    if fmt == "delta":  # partitioned by a bucket column (Iceberg tables are written unpartitioned for now)
-        source = [*GEN[:-1], GEN[-1] + ",flag:boolean?"]
-        partitioned = ["--bucketer", "columns", "--sink-option", "bucket_columns=flag"]
-    args = ["copy", *source, *ENGINES[engine], "--output", str(out), "--table-format", fmt, *partitioned,
-            "--max-splits-per-batch", "1", "--quiet"]
+    source = [*GEN[:-1], GEN[-1] + ",flag:boolean?"]  # partitioned by a nullable bucket column
+    args = ["copy", *source, *ENGINES[engine], "--output", str(out), "--table-format", fmt, "--bucketer", "columns",
+            "--sink-option", "bucket_columns=flag", "--max-splits-per-batch", "1", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=10, seed=31 if fmt == "delta" else 37, jitter=0.4,
                             coordinator_alone=lambda kill: kill % 3 == 2)
     assert f"copy finished: {ROWS:,} rows" in stdout
     frame = table_frame(out, fmt)
     assert frame.height == ROWS and sorted(frame["id"].to_list()) == list(range(ROWS))
-    if partitioned:
-        assert {p.name for p in out.iterdir() if p.is_dir()} >= {"flag=true", "flag=false"}
-        assert frame["flag"].null_count() > 0 and frame["flag"].n_unique() == 3
+    assert {p.name for p in out.iterdir() if p.is_dir()} >= {"flag=true", "flag=false"}
+    assert frame["flag"].null_count() > 0 and frame["flag"].n_unique() == 3
+    assert partitions_by_directory(out, fmt) == {"flag=true": "true", "flag=false": "false",
+                                                 "flag=__HIVE_DEFAULT_PARTITION__": None}
     last, tagged = logged_and_tagged(out, fmt)
     assert tagged == list(range(1, last + 1)), f"table commits by log number: {tagged} (logged 1..{last})"
     check = run(["verify", *source, "--output", str(out)])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
+
+
+def partitions_by_directory(out: Path, fmt: str) -> dict[str, str | None]:
+    """Each bucket directory's partition value as the table's own metadata records it for every file there
+    (Delta's add actions, Iceberg's manifests), as text; a directory whose files disagree fails."""
+    found: dict[str, set[str | None]] = {}
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        actions = pa.table(DeltaTable(str(out)).get_add_actions(flatten=True)).to_pylist()
+        pairs = [(a["path"], a["partition.flag"]) for a in actions]
+    else:
+        pairs = [(t.file.file_path, t.file.partition[0]) for t in open_table(str(out)).scan().plan_files()]
+    for path, value in pairs:
+        text = None if value is None else str(value).lower()
+        found.setdefault(Path(path).parent.name, set()).add(text)
+    assert all(len(v) == 1 for v in found.values()), found
+    return {k: next(iter(v)) for k, v in found.items()}
 
 
 def test_verify_reads_the_table_not_the_directory(tmp_path: Path) -> None:

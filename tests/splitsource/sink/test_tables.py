@@ -160,7 +160,7 @@ def test_records_of_one_table_format_refuse_the_other(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("options", "message"), [
     ({"format": "csv"}, "format 'csv' cannot go into a table"),
     ({"bucketer": "datetime"}, "bucketer 'datetime' is refused"),
-    ({"table_format": "iceberg", "bucketer": "columns", "bucket_columns": "id"}, "written unpartitioned for now"),
+    ({"table_format": "iceberg", "bucketer": "datetime"}, "bucketer 'datetime' is refused"),
     ({"table_format": "hudi"}, "'hudi'"),
     ({"iceberg_catalog": "sqlite:////tmp/c.db"}, "only used with table_format 'iceberg'"),
     ({"table_format": "iceberg", "iceberg_catalog": "thrift://hive:9083"}, "neither sqlite"),
@@ -234,3 +234,72 @@ def test_a_partition_column_a_table_cannot_hold_is_refused_before_anything_is_wr
     with pytest.raises(OptionsError, match=r"column 'x' \(double\) cannot partition a delta table"):
         BucketingSinkWriter(options, schema, options.committer().fs, str(tmp_path / "t"), task="00000-w")
     assert not (tmp_path / "t").exists()
+
+
+def test_bucket_columns_become_the_iceberg_table_s_partitions_with_their_types_and_values(tmp_path: Path) -> None:
+    """Iceberg's files hold their partition columns, and each file's partition in the manifests is its one value:
+    text that needs escaping in a directory name, longer than the 16 characters Iceberg's default bounds keep, a
+    null, integers and dates; read back by pyiceberg and Polars against the values written, and a filter on a
+    partition plans only that partition's files."""
+    import datetime
+
+    from pyiceberg.expressions import EqualTo, IsNull
+
+    out = tmp_path / "t"
+    options = parse_sink_options({"path": str(out), "table_format": "iceberg", "bucketer": "columns",
+                                  "bucket_columns": "k,n,d"})
+    committer = options.committer()
+    values = ["a", "b/c", None, "%x", "x=y", "é", "a text longer than sixteen characters"]
+    days = [datetime.date(1, 1, 1), datetime.date(2026, 11, 25), datetime.date(9999, 12, 31)]
+    want = {i: (values[i % len(values)], i % 3, days[i % 2 * 2] if i % 5 else days[1]) for i in range(84)}
+    data = pa.record_batch({"id": pa.array(range(84), pa.int64()),
+                            "k": pa.array([want[i][0] for i in range(84)], pa.string()),
+                            "n": pa.array([want[i][1] for i in range(84)], pa.int32()),
+                            "d": pa.array([want[i][2] for i in range(84)], pa.date32())})
+    writer = BucketingSinkWriter(options, data.schema, committer.fs, committer.base, task="00000-w")
+    writer.write(data)
+    committer.commit(committer.combine(writer.prepare_commit(end_of_input=True), kind="append", write_id="w"))
+    table = open_table(str(out))
+    assert [(table.schema().find_column_name(f.source_id), str(f.transform)) for f in table.spec().fields] == [
+        ("k", "identity"), ("n", "identity"), ("d", "identity")]
+    read = table.scan().to_arrow()
+    assert read.schema.field("n").type == pa.int32() and read.schema.field("d").type == pa.date32()
+    columns = [read[c].to_pylist() for c in ("id", "k", "n", "d")]
+    assert {i: (k, n, d) for i, k, n, d in zip(*columns, strict=True)} == want
+    frame = pl.scan_iceberg(table).collect()
+    assert {r["id"]: (r["k"], r["n"], r["d"]) for r in frame.iter_rows(named=True)} == want
+    epoch = datetime.date(1970, 1, 1)
+    for task in table.scan().plan_files():  # each file's partition: the one value its rows hold (dates as days)
+        rows = {(k, n, (d - epoch).days) for k, n, d in (want[i] for i in pq_ids(task.file.file_path))}
+        assert rows == {tuple(task.file.partition[j] for j in range(3))}
+    long_text = values[-1]
+    planned = list(table.scan(row_filter=EqualTo("k", long_text)).plan_files())
+    assert planned and sum(t.file.record_count for t in planned) == sum(1 for v in want.values() if v[0] == long_text)
+    nulls = list(table.scan(row_filter=IsNull("k")).plan_files())
+    assert sum(t.file.record_count for t in nulls) == sum(1 for v in want.values() if v[0] is None)
+
+
+def pq_ids(path: str) -> list[int]:
+    import pyarrow.parquet as pq
+
+    return [int(i) for i in pq.read_table(path.removeprefix("file://"), columns=["id"])["id"].to_pylist()]
+
+
+def test_a_date_an_iceberg_partition_cannot_hold_fails_the_task_before_anything_is_pending(tmp_path: Path) -> None:
+    import datetime
+
+    out = tmp_path / "t"
+    options = parse_sink_options({"path": str(out), "table_format": "iceberg", "bucketer": "columns",
+                                  "bucket_columns": "d"})
+    committer = options.committer()
+    epoch = datetime.date(1970, 1, 1)
+    far = (datetime.date(9999, 12, 31) - epoch).days + 1
+    data = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "d": pa.array([0, far], pa.int32()).cast(pa.date32())})
+    writer = BucketingSinkWriter(options, data.schema, committer.fs, committer.base, task="00000-w")
+    with pytest.raises(SinkError, match=rf"column 'd': the date {far} days from 1970-01-01 cannot partition an "
+                                        r"iceberg table") as caught:
+        writer.write(data)
+    assert "\n" not in str(caught.value)
+    assert not list(out.rglob("*.pending")) and not list(out.rglob("*.parquet"))
+    last = pa.record_batch({"id": pa.array([3], pa.int64()), "d": pa.array([far - 1], pa.int32()).cast(pa.date32())})
+    writer.write(last)  # 9999-12-31 is held

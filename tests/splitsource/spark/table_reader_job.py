@@ -4,8 +4,8 @@ process by tests/splitsource/spark/test_table_readers.py, with that PySpark firs
     python table_reader_job.py delta <table path> <versions>
     python table_reader_job.py iceberg <metadata.json> <snapshot ids, comma-separated>
 
-Prints one JSON object: the rows of the current version (every id), and the row count of each version or snapshot
-asked for (time travel).
+Prints one JSON object: the rows of the current version (every id, the count of each value of its partition column
+``flag``, the count of a filter on it), and the row count of each version or snapshot asked for (time travel).
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ def main() -> int:
     current = spark.read.format(fmt).load(where)
     ids = sorted(r.id for r in current.select("id").collect())
     counts = {v: spark.read.format(fmt).option(option, v).load(where).count() for v in versions}
-    print(json.dumps({"spark": spark.version, "ids": ids, "counts": counts}))
+    by_flag = {str(r["flag"]).lower(): r["count"] for r in current.groupBy("flag").count().collect()}
+    flag_true = current.where("flag = true").count()  # a filter on the partition column
+    print(json.dumps({"spark": spark.version, "ids": ids, "counts": counts, "by_flag": by_flag,
+                      "flag_true": flag_true}))
     spark.stop()
     return 0
 

@@ -27,18 +27,23 @@ JOB = Path(__file__).parent / "table_reader_job.py"
 SPARK_42 = ROOT / ".venv" / "pyspark-4.2"
 SPARK_41 = ROOT / ".venv" / "pyspark-4.1"
 GEN = ["--connector", "generator", "-o", "rows=30000", "-o", "split_rows=5000",
-       "-o", "columns=id:bigint,name:string?,score:double,at:timestamp"]
+       "-o", "columns=id:bigint,name:string?,score:double,at:timestamp,flag:boolean?"]
 
 
 def _copy_and_read_with_spark(tmp_path: Path, fmt: str, spark: Path) -> None:
-    """Copy 6 splits, 2 a batch, into a ``fmt`` table; read it in the PySpark at ``spark`` (its line's connector):
-    every id once, and each version or snapshot holds the rows its batches committed (the sink's own log)."""
+    """Copy 6 splits, 2 a batch, into a ``fmt`` table partitioned by a nullable column; read it in the PySpark at
+    ``spark`` (its line's connector): every id once, the rows of each partition as Polars (through delta-rs or
+    pyiceberg) reads them, a filter on the partition column, and each version or snapshot holds the rows its
+    batches committed (the sink's own log)."""
+    import polars as pl
+
     from splitsource.sink import open_table
 
     assert (spark / ".complete").exists(), f"{spark.name} is not installed apart: run scripts/test.sh"
     out = tmp_path / "table"
     result = run(["copy", *GEN, "--engine", "local", "--output", str(out), "--table-format", fmt,
-                  "--max-splits-per-batch", "2", "--quiet"])
+                  "--bucketer", "columns", "--sink-option", "bucket_columns=flag", "--max-splits-per-batch", "2",
+                  "--quiet"])
     assert result.returncode == 0, result.stderr[-3000:]
     committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()
     assert committer.table is not None
@@ -55,6 +60,10 @@ def _copy_and_read_with_spark(tmp_path: Path, fmt: str, spark: Path) -> None:
     assert read["spark"].startswith(spark.name.rsplit("-", 1)[1])
     assert read["ids"] == list(range(30_000))
     assert read["counts"] == totals
+    frame = pl.read_delta(str(out)) if fmt == "delta" else pl.scan_iceberg(open_table(str(out))).collect()
+    by_flag = {str(r["flag"]).lower(): r["len"] for r in frame.group_by("flag").len().iter_rows(named=True)}
+    assert set(by_flag) == {"true", "false", "none"} and sum(by_flag.values()) == 30_000
+    assert read["by_flag"] == by_flag and read["flag_true"] == by_flag["true"]
 
 
 def test_spark_with_delta_reads_the_copy_exactly_and_travels_to_each_batch(tmp_path: Path) -> None:
