@@ -21,7 +21,9 @@ JVMs included; Cassandra itself is not counted):
 
 Every method's row count is checked (files are read back) before its time counts. Runs go round-robin,
 ``--repeat`` rounds, and the medians are reported with the ratio of each method's rows/s to ``splitsource copy
---engine local -> parquet`` and to the driver scan. Writes bench/results/tools.json and bench/results/tools.png.
+--engine local -> parquet`` and to the driver scan. Writes bench/results/tools.json and bench/results/tools.png
+(``tools-only`` for a run with ``--only``, and ``-5m`` after either for a table of 5,000,000 rows: the table is
+loaded again at each size asked for).
 
     python bench/bench_tools.py --repeat 3        # installs dsbulk, PySpark 3.5 + SCC, loads the table
 """
@@ -264,9 +266,11 @@ def main() -> int:
         for name in PHASES:
             print(f"{name:44s} " + " ".join(f"{results[name].get(p + '_s', float('nan')):8.2f}"
                                            for p in ("session", "load", "count", "noop", "stop")))
-    # a partial run (--only) must not replace the full side-by-side figures
-    out = record_run("tools-only" if args.only else "tools", {"rows": args.rows, "repeat": args.repeat,
-                                                               "baseline": BASELINE, "results": results})
+    # a partial run (--only), or one of another table size, must not replace the full side-by-side figures
+    name = ("tools-only" if args.only else "tools") + ("" if args.rows == 1_000_000 else
+                                                      f"-{args.rows // 1_000_000}m" if args.rows % 1_000_000 == 0
+                                                      else f"-{args.rows}")
+    out = record_run(name, {"rows": args.rows, "repeat": args.repeat, "baseline": BASELINE, "results": results})
     try:
         chart(results, args.rows, out.with_suffix(".png"))
         print(f"\nwrote {out} and {out.with_suffix('.png')}")

@@ -28,4 +28,7 @@ run $py bench/bench_durability.py --rows 2000000 --repeat 3
 run $py bench/bench_replica_loss.py --rows 100000 --repeat 1
 run $py bench/bench_object_store.py --repeat 3
 run $py bench/bench_tables.py --repeat 3
+# last: it loads the table again with 5,000,000 rows (the next run of a 1M-row benchmark loads 1M again)
+run $py bench/bench_tools.py --rows 5000000 --repeat 3 --only "splitsource copy -> parquet (Spark engine)" \
+    "splitsource copy --engine local -> parquet"
 run $py scripts/bench_tables.py

@@ -139,10 +139,27 @@ class TableFormat(ABC):
                 raise OptionsError(f"option 'bucket_columns': column {name!r} ({t}) cannot partition a {self.name} "
                                    "table; partition by integer, text, boolean or date columns")
 
+    # a partition value of a date column is a date of years 1 to 9999: Delta's protocol writes it as yyyy-MM-dd
+    # text (delta-rs fails on '10183-09-21'), pyiceberg reads it from the file's bounds as a Python date
+    _DATES = (-719_162, 2_932_896)  # days from 1970-01-01 to 0001-01-01 and to 9999-12-31
+
     def check_partition_values(self, batch: pa.RecordBatch, partitions: Sequence[str]) -> None:
         """Refuse, in the task that writes them, partition values the table cannot hold (before any file of them
-        becomes pending, so that no commit is logged that the table could not publish). Delta holds any."""
-        return None
+        becomes pending, so that no commit is logged that the table could not publish): dates past year 9999
+        (Cassandra's go on for millions of years)."""
+        import pyarrow.compute as pc
+
+        for name in partitions:
+            column = batch.column(name)
+            if not pa.types.is_date32(column.type) or column.null_count == len(column):
+                continue
+            low, high = (v.as_py() for v in pc.min_max(column.cast(pa.int32())).values())
+            lo, hi = self._DATES
+            if low < lo or high > hi:
+                days = low if low < lo else high
+                raise SinkError(f"column {name!r}: the date {days} days from 1970-01-01 cannot partition a "
+                                f"{self.name} table (its partition values are dates of years 1 to 9999); "
+                                "partition by another column")
 
     @abstractmethod
     def open(self, committer: BucketingGlobalCommitter) -> Any:
@@ -454,24 +471,6 @@ class IcebergFormat(TableFormat):
             if paths:
                 tx.add_files(paths, snapshot_properties=_tags(record, log_id), check_duplicate_files=False)
             tx.set_properties({self._key(log_id): str(record.seq)})
-
-    # pyiceberg reads a file's partition from its column's bounds as a Python date: years 1 to 9999 only
-    _DATES = (-719_162, 2_932_896)  # days from 1970-01-01 to 0001-01-01 and to 9999-12-31
-
-    def check_partition_values(self, batch: pa.RecordBatch, partitions: Sequence[str]) -> None:
-        import pyarrow.compute as pc
-
-        for name in partitions:
-            column = batch.column(name)
-            if not pa.types.is_date32(column.type) or column.null_count == len(column):
-                continue
-            low, high = (v.as_py() for v in pc.min_max(column.cast(pa.int32())).values())
-            lo, hi = self._DATES
-            if low < lo or high > hi:
-                days = low if low < lo else high
-                raise SinkError(f"column {name!r}: the date {days} days from 1970-01-01 cannot partition an iceberg "
-                                "table (pyiceberg reads partition values as dates of years 1 to 9999); partition "
-                                "by another column, or use table_format 'delta'")
 
     def _partition(self, committer: BucketingGlobalCommitter, table: Any, partitions: Sequence[str]) -> Any:
         """The table partitioned by identity on ``partitions``: a table made just now (no snapshot yet) gets its

@@ -438,6 +438,42 @@ def test_a_bucket_value_too_long_for_a_file_name_fails_the_copy_in_one_line(node
     assert "bucket column 'k'" in lines[0] and "over the 255 bytes a file name can hold" in lines[0], lines[0]
 
 
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_date_past_9999_in_a_table_s_partition_column_fails_the_copy_in_one_line(node: Any, tmp_path: Path,
+                                                                                    engine: str) -> None:
+    """Cassandra's dates go on for millions of years; a table's partition values are dates of years 1 to 9999
+    (Delta writes them as yyyy-MM-dd text, pyiceberg reads them as Python dates). Partitioned by such a column, the
+    copy stops in the task that writes the row, in one line naming the column, and nothing of it is committed (a
+    commit logged and then refused by the table would fail every re-run); unpartitioned, the same rows copy."""
+    import polars as pl
+
+    from tests.splitsource.copyjob.test_copy import run
+    from tests.splitsource.copyjob.test_copy_misuse import our_lines
+
+    cluster, session = node.session()
+    try:
+        session.execute(f"CREATE TABLE IF NOT EXISTS {KS}.far_days (id int PRIMARY KEY, d date)")
+        session.execute(f"INSERT INTO {KS}.far_days (id, d) VALUES (1, '2026-11-25')")
+        session.execute(f"INSERT INTO {KS}.far_days (id, d) VALUES (2, {2**31 + 3_000_000})")  # year 10183
+    finally:
+        cluster.shutdown()
+    source = ["--engine", engine, "--connector", "cassandra", "-o", f"hosts={node.hosts}", "-o", f"port={node.port}",
+              "-o", f"keyspace={KS}", "-o", "table=far_days", "-o", "splits=2", "--quiet"]
+    for fmt in ("delta", "iceberg"):
+        out = tmp_path / fmt
+        result = run(["copy", *source, "--output", str(out), "--table-format", fmt, "--bucketer", "columns",
+                      "--sink-option", "bucket_columns=d"])
+        assert result.returncode == 1, result.stdout + result.stderr
+        lines = our_lines(result.stderr)
+        assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert f"column 'd': the date 3000000 days from 1970-01-01 cannot partition a {fmt} table" in lines[0]
+        assert not list(out.rglob("*.parquet")) and not any((out / d).exists() for d in ("metadata", "_delta_log"))
+    plain = run(["copy", *source, "--output", str(tmp_path / "unpartitioned"), "--table-format", "delta"])
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    days = pl.read_delta(str(tmp_path / "unpartitioned"))["d"].cast(pl.Int32).to_list()
+    assert sorted(days) == [20_782, 3_000_000]
+
+
 def _pyiceberg_reads(table: pa.Table, want: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """What pyiceberg's own reader gives for ``want``: a null list of structs comes back as an empty list
     (apache/iceberg-python#3833, open; the file holds the null, which Polars and Spark read back). Only those

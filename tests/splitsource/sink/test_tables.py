@@ -285,19 +285,20 @@ def pq_ids(path: str) -> list[int]:
     return [int(i) for i in pq.read_table(path.removeprefix("file://"), columns=["id"])["id"].to_pylist()]
 
 
-def test_a_date_an_iceberg_partition_cannot_hold_fails_the_task_before_anything_is_pending(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_date_a_partition_cannot_hold_fails_the_task_before_anything_is_pending(tmp_path: Path, fmt: str) -> None:
     import datetime
 
     out = tmp_path / "t"
-    options = parse_sink_options({"path": str(out), "table_format": "iceberg", "bucketer": "columns",
+    options = parse_sink_options({"path": str(out), "table_format": fmt, "bucketer": "columns",
                                   "bucket_columns": "d"})
     committer = options.committer()
     epoch = datetime.date(1970, 1, 1)
     far = (datetime.date(9999, 12, 31) - epoch).days + 1
     data = pa.record_batch({"id": pa.array([1, 2], pa.int64()), "d": pa.array([0, far], pa.int32()).cast(pa.date32())})
     writer = BucketingSinkWriter(options, data.schema, committer.fs, committer.base, task="00000-w")
-    with pytest.raises(SinkError, match=rf"column 'd': the date {far} days from 1970-01-01 cannot partition an "
-                                        r"iceberg table") as caught:
+    with pytest.raises(SinkError, match=rf"column 'd': the date {far} days from 1970-01-01 cannot partition a "
+                                        rf"{fmt} table") as caught:
         writer.write(data)
     assert "\n" not in str(caught.value)
     assert not list(out.rglob("*.pending")) and not list(out.rglob("*.parquet"))
