@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shlex
+import subprocess
 import sys
 import threading
 import time
@@ -358,12 +359,48 @@ def stop_session(spark: Any) -> None:
 
 
 def _start_session(SparkSession: Any, master: str, java_options: str) -> Any:  # noqa: N803 - the class, passed in
-    spark = (SparkSession.builder.master(master).appName("splitsource copy")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.extraJavaOptions", java_options)
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    from pyspark import SparkConf, SparkContext
+
+    conf = (SparkConf().setMaster(master).setAppName("splitsource copy").set("spark.ui.enabled", "false")
+            .set("spark.sql.session.timeZone", "UTC").set("spark.driver.extraJavaOptions", java_options)
+            .set("spark.ui.showConsoleProgress", "false"))
+    if SparkContext._gateway is None:  # no JVM in this process yet: the copy's own, its warning left out
+        SparkContext(conf=conf, gateway=_quiet_gateway(conf))
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
     spark.sparkContext.setLogLevel("OFF")
     return spark
+
+
+# what the driver JVM prints on its own at every start, whatever its logging says (Spark's launcher adds the
+# incubating vector module, and Java warns of incubator modules on stderr with no option to silence it)
+_JVM_NOISE = (b"WARNING: Using incubator modules",)
+
+
+def _quiet_gateway(conf: Any) -> Any:
+    """PySpark's gateway to a driver JVM whose stderr goes through this process: every line passes on to this
+    process's stderr as it comes, but Java's incubator warning (a quiet copy printed it on every run)."""
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
+    stderr = getattr(getattr(gateway, "proc", None), "stderr", None)  # none: a JVM that was running already
+    if stderr is not None:  # (PYSPARK_GATEWAY_PORT), whose output is not ours
+        threading.Thread(target=_pass_on, args=(stderr,), name="splitsource-jvm-stderr", daemon=True).start()
+    return gateway
+
+
+def _pass_on(stream: Any) -> None:
+    """Copy the JVM's stderr to ours, line by line, until it ends (the JVM exits), leaving out :data:`_JVM_NOISE`;
+    it keeps reading when ours is gone, so that the JVM never blocks on a full pipe."""
+    for line in iter(stream.readline, b""):
+        if line.startswith(_JVM_NOISE):
+            continue
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(2, view):]
+        except OSError:
+            pass
+    stream.close()
 
 
 def streaming_query_id(checkpoint: str) -> str:

@@ -134,6 +134,20 @@ def test_generator_copy_killed_many_times_ends_exact(tmp_path: Path) -> None:
     assert not list(out.rglob("*.in-progress")) and not list(out.rglob("*.pending"))
 
 
+def test_a_quiet_spark_copy_prints_nothing_to_stderr_and_the_jvm_s_own_lines_still_pass(tmp_path: Path) -> None:
+    """The driver JVM prints Java's incubator-module warning at every start, whatever its logging says; the copy
+    leaves that one line out and passes on every other line the JVM prints (here Spark's logging banner, which a
+    user's own driver options bring back: they replace the copy's quiet logging settings)."""
+    small = ["--connector", "generator", "-o", "rows=2000", "--quiet"]
+    quiet = run(["copy", *small, "--output", str(tmp_path / "quiet")])
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--driver-java-options -Dsplitsource.test=1 pyspark-shell"}
+    loud = subprocess.run([*CLI, "copy", *small, "--output", str(tmp_path / "loud")], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert loud.returncode == 0, loud.stderr
+    assert "Using Spark's default log4j profile" in loud.stderr and "incubator" not in loud.stderr, loud.stderr
+
+
 def test_copy_to_json_lines_verifies_and_a_tampered_output_does_not(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = run(["copy", *GEN, "--output", str(out), "--format", "jsonl", "--max-splits-per-batch", "5"])
