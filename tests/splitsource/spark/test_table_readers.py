@@ -30,6 +30,12 @@ GEN = ["--connector", "generator", "-o", "rows=30000", "-o", "split_rows=5000",
        "-o", "columns=id:bigint,name:string?,score:double,at:timestamp,flag:boolean?"]
 
 
+@pytest.fixture(autouse=True)
+def _pyiceberg_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Polars plans Iceberg scans through pyiceberg here (its own planner is a package of its own) and says so
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+
+
 def _copy_and_read_with_spark(tmp_path: Path, fmt: str, spark: Path) -> None:
     """Copy 6 splits, 2 a batch, into a ``fmt`` table partitioned by a nullable column; read it in the PySpark at
     ``spark`` (its line's connector): every id once, the rows of each partition as Polars (through delta-rs or
