@@ -29,7 +29,9 @@ commit     the coordinator                                      the coordinator
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -160,10 +162,35 @@ class Engine(Protocol):
 def run_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
     """Step 2 of the protocol, the one place both engines' tasks run: read the splits ``ask`` hands out (in their
     versioned bytes) and write their rows into pending part files."""
+    spec.environment.check()
+    with _copy_memory_pool():
+        return _run_task(spec, ask)
+
+
+@contextmanager
+def _copy_memory_pool() -> Iterator[None]:
+    """Arrow's system allocator for the task, unless the user chose a pool (``ARROW_DEFAULT_MEMORY_POOL``); the
+    process's default pool again after it (a Spark worker runs other tasks next).
+
+    Arrow's default pool (mimalloc) hands the pages of a flushed row group back to the system and zeroes new ones
+    on the next: on the 5M-row benchmark table a Spark task spent a tenth of its CPU in the kernel's page
+    clearing (``perf``: ``clear_page_erms``), and the copy ran 3% slower; the system allocator also keeps a
+    worker's memory 60-70 MB lower, at the same speed."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        yield
+        return
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(before)  # buffers keep the pool they came from: freeing them later stays right
+
+
+def _run_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
     from serializers import read_envelope
     from splitsource._planning import build_source
 
-    spec.environment.check()
     _, source = build_source(spec.options)
     serializer = source.split_serializer()
     rows = [0]

@@ -2,8 +2,9 @@
 the copy's own process, offsets in ``<checkpoint>/spark/offsets/``) with Spark running each batch's read tasks.
 
 - **plan**: the coordinator takes the batch's splits and logs the offset after them, before any split is read;
-- **write**: one Spark job per batch, one task per packed group of splits (``pack_for``: about
-  ``partition_size_mb`` each, at least ``min_partitions``); each task runs
+- **write**: one Spark job per batch, one task per packed group of splits (``pack_for``: at most about
+  ``partition_size_mb`` each, at least ``min_partitions``, as many as a multiple of the cluster's cores, evenly
+  filled, so that no wave of tasks leaves a core idle); each task runs
   :func:`~splitsource.copyjob._protocol.run_task` on its splits and hands back its committables (the pending files
   it wrote, its rows, its reader report), so the rows never cross into the JVM and back;
 - **commit**: the coordinator commits the batch once (:meth:`~splitsource.sink.BucketingGlobalCommitter.commit_batch`).
@@ -152,7 +153,7 @@ class SparkTasks:
         with deferred():  # SIGTERM must not break a py4j call (the session's start, a question to the JVM)
             sc = self._session.result().sparkContext
             slots = sc.defaultParallelism
-        groups = pack_for(batch.framework, batch.splits)
+        groups = pack_for(batch.framework, batch.splits, slots)
         # the read rate limit is shared by the tasks that run at once: at most one per core of the cluster
         task = replace(batch.task, readers=concurrent_readers(batch.framework, len(groups), slots))
         group_id = f"splitsource-copy-{uuid.uuid4().hex[:12]}"

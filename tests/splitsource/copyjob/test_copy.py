@@ -254,6 +254,24 @@ def test_copy_from_python_returns_the_summary(tmp_path: Path, spark: Any) -> Non
     assert spark.read.parquet(str(tmp_path / "out")).count() == 3000
 
 
+def test_a_spark_copy_s_tasks_fill_every_core_of_each_wave(tmp_path: Path, spark: Any) -> None:
+    """Five splits whose by-size packing makes three tasks (2 + 2 + 1 splits) run as four on two cores: the third
+    task would run alone in a second wave, with a core idle."""
+    import pyarrow.parquet as pq
+
+    import splitsource
+    from connectors.generator import GeneratorSource
+
+    options = {"rows": "5000", "split_rows": "1000"}
+    size = GeneratorSource(options).create_enumerator(None).next_split().estimated_size_bytes  # type: ignore
+    assert spark.sparkContext.defaultParallelism == 2
+    summary = splitsource.copy("generator", {**options, "partition_size_mb": str(size * 2.5 / 2**20)},
+                               str(tmp_path / "out"), spark=spark)
+    files = sorted((tmp_path / "out").glob("*.parquet"))
+    assert summary.splits == 5 and summary.files == len(files) == 4  # one file per task; by size: three
+    assert sorted(pq.ParquetFile(f).metadata.num_rows for f in files) == [1000, 1000, 1000, 2000]
+
+
 def test_root_cause_is_the_line_a_user_needs() -> None:
     from splitsource.copyjob._job import root_cause
 

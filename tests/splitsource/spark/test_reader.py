@@ -104,6 +104,22 @@ def test_pack_splits_by_size_and_by_count() -> None:
     assert [s for g in by_size for s in g] == splits
 
 
+def test_pack_splits_for_slots_fills_every_wave_of_tasks() -> None:
+    source = GeneratorSource({"rows": "1000", "split_rows": "100"})
+    e = source.create_enumerator(None)  # type: ignore[arg-type]
+    splits = [e.next_split() for _ in range(10)]
+    size = splits[0].estimated_size_bytes  # type: ignore[union-attr]
+    # by size: 3 + 3 + 3 + 1 splits, a last wave with one core idle on two cores; three groups on two cores
+    for target, slots, expected in ((size * 3, 2, [2, 2, 3, 3]), (size * 4, 2, [2, 2, 3, 3]),
+                                    (size * 3, 3, [1, 1, 2, 2, 2, 2]), (size * 5, 2, [5, 5]),
+                                    (size, 4, [1] * 10), (size * 100, 2, [5, 5])):
+        groups = pack_splits(splits, target_bytes=target, slots=slots)  # type: ignore[arg-type]
+        assert sorted(len(g) for g in groups) == expected, (target // size, slots)
+        assert sorted(s.split_id for g in groups for s in g) == sorted(s.split_id for s in splits)  # type: ignore
+        assert all(list(g) == sorted(g, key=splits.index) for g in groups)  # order kept inside a group
+    assert [len(g) for g in pack_splits(splits, target_bytes=size * 3, slots=2, partitions=3)] == [4, 3, 3]
+
+
 def test_auto_registration_in_a_fresh_process() -> None:
     script = textwrap.dedent(
         """
