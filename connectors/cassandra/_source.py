@@ -34,7 +34,7 @@ from connectors.cassandra._enumerator import CassandraEnumerator
 from connectors.cassandra._options import CassandraOptions
 from connectors.cassandra._planner import _bounds, gather_estimates, plan_ring
 from connectors.cassandra._reader import CassandraEmitter, CassandraSplitReader, _Raw
-from connectors.cassandra._reference import reference_rows
+from connectors.cassandra._reference import reference_rows, reference_selector
 from connectors.cassandra._session import (
     CassandraConnectionError,
     CassandraTimeoutError,
@@ -293,7 +293,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         ``parts`` is a run of the ring's tokens (of ``token_range``'s, when set) of equal width."""
         _, selectors, schema, _ = self._metadata()
         # the plain columns, and WRITETIME()/TTL() as the read path asks for them: the values are the server's
-        expressions = [_quote(n) if not s.startswith(("WRITETIME(", "TTL(")) else s
+        expressions = [s if s.startswith(("WRITETIME(", "TTL(")) else reference_selector(_quote(n), self._kinds.get(n))
                        for n, s in zip(schema.names, selectors, strict=True)]
         cluster, session = connect(self.options, schema_metadata=False)
         try:

@@ -54,18 +54,21 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x
 
 
-_powers = np.ones(1, dtype=_U64)
+_tables: dict[int, np.ndarray] = {}
 
 
-def _power_table(length: int) -> np.ndarray:
-    """``_BASE ** k`` modulo 2**64 for k below at least ``length``."""
-    global _powers
-    if len(_powers) < length:
-        size = max(length, 2 * len(_powers), 1024)
-        factors = np.full(size, _BASE, dtype=_U64)
+def _power_table(length: int, base: int = _BASE) -> np.ndarray:
+    """``base ** k`` modulo 2**64 for k below at least ``length``."""
+    powers = _tables.get(base)
+    if powers is None or len(powers) < length:
+        size = max(length, 2 * len(powers) if powers is not None else 0, 1024)
+        factors = np.full(size, base, dtype=_U64)
         factors[0] = 1
-        _powers = np.cumprod(factors, dtype=_U64)
-    return _powers
+        powers = _tables[base] = np.cumprod(factors, dtype=_U64)
+    return powers
+
+
+_INVERSE = pow(_BASE, -1, 1 << 64)  # _BASE is odd: it has an inverse modulo 2**64
 
 
 def _segment_sums(terms: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -96,9 +99,13 @@ def _hash_bytes(arr: pa.Array) -> np.ndarray:
     data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None and total else np.zeros(0, np.uint8)
     data = data[offsets[0]:offsets[0] + total] if total else data[:0]
     lengths = np.diff(offsets)
-    terms = (data.astype(_U64) + _U64(1)) * _power_table(total)[_positions(lengths, total)]
+    # sum of (byte + 1) * _BASE ** (its position in its value): each byte is weighted by the power of its position
+    # in the whole buffer, and each value's sum multiplied by the inverse power of its start (exact modulo 2**64),
+    # which spares a position per byte (a repeat and a gather over every byte: a fifth of verify's hashing)
+    terms = (data.astype(_U64) + _U64(1)) * _power_table(total)[:total]
     relative = offsets - offsets[0]
-    polynomial = _segment_sums(terms, relative[:-1], relative[1:])
+    starts = relative[:-1]
+    polynomial = _segment_sums(terms, starts, relative[1:]) * _power_table(total + 1, _INVERSE)[starts]
     return _mix(polynomial ^ _mix(lengths.astype(_U64) + _U64(_STRING)))
 
 

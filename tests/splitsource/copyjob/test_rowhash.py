@@ -90,3 +90,30 @@ def test_strings_longer_than_a_slice_of_the_polynomial_hash_alike_in_any_cut() -
     finally:
         _rowhash._SLICE_BYTES = old
     assert len(set(whole.tolist())) == 200
+
+
+def test_a_string_hashes_as_the_polynomial_of_its_bytes_in_plain_integers() -> None:
+    """The vectorized string hash (powers of each byte's place in the whole buffer, then each value's sum times
+    the inverse power of its start) equals the polynomial written out per value with Python's integers."""
+    from splitsource.copyjob import _rowhash
+
+    mask = (1 << 64) - 1
+
+    def mix(x: int) -> int:
+        x ^= x >> 30
+        x = x * 0xBF58476D1CE4E5B9 & mask
+        x ^= x >> 27
+        x = x * 0x94D049BB133111EB & mask
+        return x ^ x >> 31
+
+    def plain(value: bytes) -> int:
+        polynomial = sum((b + 1) * pow(_rowhash._BASE, k, 1 << 64) for k, b in enumerate(value)) & mask
+        return mix(polynomial ^ mix(len(value) + _rowhash._STRING & mask))
+
+    rng = np.random.default_rng(7)
+    values = [bytes(rng.integers(0, 256, int(n), dtype=np.uint8)) for n in rng.integers(0, 90, 400)]
+    values += [b"", b"\xff" * 300, b""]
+    array = pa.array(values, pa.binary())
+    for arr in (array, array.slice(3, 200), pa.array(values, pa.large_binary())):
+        want = [plain(v) for v in arr.to_pylist()]
+        assert hash_array(arr).tolist() == want
