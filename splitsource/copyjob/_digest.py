@@ -19,7 +19,6 @@ import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -29,11 +28,11 @@ from splitsource._errors import SinkError, SplitSourceError
 from splitsource._fs import resolve_filesystem
 from splitsource.copyjob._rowhash import hash_array, hash_rows, lanes
 from splitsource.runtime._source_reader import SourceReader
-from splitsource.sink._bucketers import NULL_SEGMENT
+from splitsource.sink._bucketers import decode_values
 from splitsource.sink._text import plain_storage
 from splitsource.sink.formats import FORMATS
 
-__all__ = ["Plan", "SideDigest", "SourceSpec", "output_file", "output_row", "path_values", "source_part",
+__all__ = ["Plan", "SideDigest", "SourceSpec", "output_file", "output_row", "source_part",
            "source_row"]
 
 _SOURCE_CHUNK = 16_384  # reference rows turned into Arrow arrays at a time
@@ -239,16 +238,6 @@ def source_row(spec: SourceSpec, part: int, parts: int, plan: Plan, index: int) 
 # -- the output side ----------------------------------------------------------------------------------------------
 
 
-def path_values(relative_dir: str, columns: Sequence[str]) -> list[str | None]:
-    """The bucket columns' values of a file's directory (``name=value`` segments, Spark's escaping)."""
-    found: dict[str, str | None] = {}
-    for segment in relative_dir.split("/"):
-        name, eq, value = segment.partition("=")
-        if eq:
-            found[unquote(name)] = None if value == NULL_SEGMENT else unquote(value)
-    return [found.get(c) for c in columns]
-
-
 @dataclass(frozen=True)
 class OutputFile:
     output: str  # the output's location as given (its file system: credentials and endpoint included)
@@ -259,7 +248,7 @@ class OutputFile:
 
 
 def _file_texts(file: OutputFile, plan: Plan, n: int) -> dict[str, pa.Array]:
-    values = path_values(file.relative.rpartition("/")[0], plan.buckets)
+    values = decode_values(file.relative.rpartition("/")[0], plan.buckets).values()
     return {b: pa.array([v] * n, pa.string()) for b, v in zip(plan.buckets, values, strict=True)}
 
 

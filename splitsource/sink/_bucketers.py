@@ -26,13 +26,15 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+from urllib.parse import unquote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pyarrow as pa
 
 from splitsource._errors import OptionsError, SinkError
 
-__all__ = ["BasePathBucketer", "Bucketer", "ColumnBucketer", "DateTimeBucketer", "encode_segment", "encode_value"]
+__all__ = ["BasePathBucketer", "Bucketer", "ColumnBucketer", "DateTimeBucketer", "decode_values", "encode_segment",
+           "encode_value"]
 
 _ESCAPED = frozenset(chr(c) for c in range(0x20)) | frozenset('"#%\'*/:=?\\\x7f{[]^')
 NULL_SEGMENT = "__HIVE_DEFAULT_PARTITION__"  # what Spark, DuckDB, Polars and pyarrow.dataset read as null
@@ -50,6 +52,17 @@ def encode_value(value: str | None) -> str:
     if value == NULL_SEGMENT:
         return "%5F" + value[1:]
     return _escape(value)
+
+
+def decode_values(directory: str, columns: Sequence[str]) -> dict[str, str | None]:
+    """The values of ``columns`` that the ``name=value`` segments of a bucket ``directory`` hold (the inverse of
+    :func:`encode_value`; a column it does not name is None)."""
+    found: dict[str, str | None] = {}
+    for segment in directory.split("/"):
+        name, eq, value = segment.partition("=")
+        if eq:
+            found[unquote(name)] = None if value == NULL_SEGMENT else unquote(value)
+    return {c: found.get(c) for c in columns}
 
 
 def encode_segment(text: str) -> str:

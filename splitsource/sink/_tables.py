@@ -36,14 +36,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
-from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from splitsource._errors import OptionsError, SinkError
 from splitsource._fs import Store
-from splitsource.sink._bucketers import NULL_SEGMENT
+from splitsource.sink._bucketers import decode_values
 from splitsource.sink._files import PartNames, PendingFile, join
 
 
@@ -256,16 +255,6 @@ def partition_columns(schema: pa.Schema | None) -> list[str]:
     return list(_partition_schema(carried).names) if carried else []
 
 
-def partition_values(bucket: str, columns: Sequence[str]) -> dict[str, str | None]:
-    """A part file's partition values from its bucket directory (``name=value``, Spark's escaping)."""
-    found: dict[str, str | None] = {}
-    for segment in bucket.split("/"):
-        name, eq, value = segment.partition("=")
-        if eq:
-            found[unquote(name)] = None if value == NULL_SEGMENT else unquote(value)
-    return {c: found.get(c) for c in columns}
-
-
 def _tags(record: CommitRecord, log_id: str) -> dict[str, str]:
     return {f"{TAG}.log": log_id, f"{TAG}.seq": str(record.seq), f"{TAG}.write-id": record.write_id,
             f"{TAG}.batch-id": str(record.batch_id), f"{TAG}.rows": str(record.rows)}
@@ -328,7 +317,7 @@ class DeltaFormat(TableFormat):
         partitions = partition_columns(schema)
         # the path as the store names it: delta-rs percent-encodes it into the log itself
         actions = [AddAction(path=_relative(f.finished_path(committer.base, committer.names), committer.base),
-                             size=f.size, partition_values=partition_values(f.bucket, partitions),
+                             size=f.size, partition_values=decode_values(f.bucket, partitions),
                              modification_time=now, data_change=True, stats=json.dumps({"numRecords": f.rows}))
                    for f in record.files]
         properties = CommitProperties(custom_metadata=_tags(record, log_id),

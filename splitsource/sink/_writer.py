@@ -119,8 +119,9 @@ class BucketingSinkWriter:
         self._file_schema = schema if self._bucketer.in_files else pa.schema(
             [f for f in schema if f.name not in self._bucketer.columns])
         table = table_format(options.table_format)
-        self._check_rows = None if table is None else partial(table.check_partition_values,
-                                                              partitions=self._bucketer.columns)
+        # a table's partition values must be ones its readers can read back (an unpartitioned table has none)
+        self._check_rows = None if table is None or not self._bucketer.columns else partial(
+            table.check_partition_values, partitions=self._bucketer.columns)
         if table is not None:
             table.check_schema(schema, self._bucketer.columns)
             # the bucket columns' names and types, for the table's partition columns (Delta's files leave them out)
