@@ -23,7 +23,8 @@ COPY = ["copy", "--connector", "generator", "-o", f"rows={ROWS}", "-o", "split_r
 
 # Both copies stop right before they create the output's lock, until both are there: the interleaving that makes
 # a check-then-write lock fail (both checked, neither created yet); "plain" takes the store's condition away from
-# both locks (and meets at the checkpoint's lock too).
+# both locks (and meets at the checkpoint's lock too), and holds each copy between its check and its write until
+# both have checked: two processes let go at once were not always close enough (one failed CI run on 41590d2).
 RACER = textwrap.dedent("""
     import os, sys, time
     from splitsource import _fs
@@ -40,12 +41,26 @@ RACER = textwrap.dedent("""
             time.sleep(0.005)
 
     def create(self, path, data):
-        if path.endswith(".bucketing/lock.json"):
+        lock = "output" if path.endswith(".bucketing/lock.json") else "checkpoint"
+        if lock == "output":
             meet("output")
         if plain and path.endswith("lock.json"):
             self.conditional = None
-            if not path.endswith(".bucketing/lock.json"):
+            if lock == "checkpoint":
                 meet("checkpoint")
+            exists = self.exists
+
+            def checked(p):
+                found = exists(p)
+                if p == path:
+                    meet(lock + "-checked")
+                return found
+
+            self.exists = checked
+            try:
+                return original(self, path, data)
+            finally:
+                del self.exists
         return original(self, path, data)
 
     _fs.Store.create = create
