@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,7 +36,8 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
     ``hot_partition`` event naming its token.
 
     Lost replicas: each page goes to a live replica of its range first (``range_replicas_first``). A timeout while
-    a replica of the split is down (as the driver sees it: its connections closed) is not a wide partition: the page
+    a replica of the split is down (as the driver sees it: its connections closed, or the first one failing; a
+    replica still connecting is waited for) is not a wide partition: the page
     is asked for again at the same size, from a live replica, and the summary gets a ``replica_down`` event naming
     the node. ``Unavailable`` (too few replicas alive for ``consistency``) and no live node in ``local_dc`` are
     raised as transient errors that say so, retried by the framework until its budget runs out.
@@ -107,12 +109,12 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
                 raise self._unavailable_error(split, unavailable[0]) from exc
             raise self._no_host_error() from exc
         except self._timeouts as exc:
-            down = [h.address for h in self._replicas.of(split.end) if h.is_up is False and self._readable(h)]
+            down = self._unreached(split)
             retries = self._replica_retries.get(split.split_id, 0)
             if down and retries < MAX_REPLICA_DOWN_RETRIES:
                 self._replica_retries[split.split_id] = retries + 1
                 event = ReadEvent("replica_down", split.split_id, f"{type(exc).__name__} on a page of {page_size} "
-                                                                  f"rows while {', '.join(sorted(down))} is down; "
+                                                                  f"rows while {', '.join(down)} is down; "
                                                                   "read again from a live replica at the same size")
                 return RecordsBySplits(events=(event,))
             floor = min(self._options.min_fetch_size, self._options.fetch_size)
@@ -148,6 +150,23 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         self._queue.pop()
         self._page_sizes.pop(split.split_id, None)
         return RecordsBySplits(batches, frozenset({split.split_id}), events)
+
+    def _unreached(self, split: CassandraSplit) -> list[str]:
+        """The replicas of ``split`` this reader may read from but cannot reach: marked down, or failing to connect.
+        A replica still connecting (a node lost just before this reader started, or a live one not yet reached) is
+        waited for, up to ``connect_timeout_s``, so that its state and not the race decides."""
+        from cassandra.policies import HostDistance
+
+        policy = self._cluster.profile_manager.default.load_balancing_policy  # which nodes it opens pools to
+        replicas = [h for h in self._replicas.of(split.end)
+                    if self._readable(h) and policy.distance(h) != HostDistance.IGNORED]
+        deadline = time.monotonic() + self._options.connect_timeout_s
+        while True:
+            connected = self._session.get_pool_state()
+            unknown = [h for h in replicas if h.is_up is not False and h not in connected]
+            if not unknown or time.monotonic() >= deadline:
+                return sorted(h.address for h in replicas if h.is_up is False or h in unknown)
+            time.sleep(0.01)
 
     def _readable(self, host: Any) -> bool:
         """Whether this reader may read from ``host``: any node, or with ``local_dc`` only that data centre's (the

@@ -6,6 +6,8 @@ free loopback addresses from 127.0.0.40;
   exact, reports the lost node (``node_down``; no page shrunk, no hot partition), and prints what the loss cost
   beside the same copy without it (``bench/bench_replica_loss.py`` holds the bound);
 - ``local_dc=dc1`` reads only dc1 (each node's own count of range reads, ``system_views.local_scan_latency``);
+- first-page timeouts on every split (a fake): a wide partition with every node up, a lost replica (read again at
+  full size) with a dc1 node down and its port hung, so that the copy's readers are still connecting to it;
 - ``LOCAL_QUORUM`` with a dc1 replica down fails after the retry budget in one line naming the consistency level and
   the live replicas; with no dc1 node up, a copy fails in one line before claiming anything.
 
@@ -283,29 +285,70 @@ def test_no_live_node_in_local_dc_fails_in_one_line_before_claiming(ring: Ring, 
     assert "option 'local_dc': 'dc9' is not a data centre of this cluster; its data centres: dc1, dc2" in result.stderr
 
 
+class HungPort:
+    """A lost node's CQL port that takes connections and closes each after ``hold_s`` without a word: a machine
+    that hangs, so a new session learns it is down only after the live nodes have answered (a refused connection
+    can come either side of them)."""
+
+    def __init__(self, address: str, port: int = 9042, hold_s: float = 1.0) -> None:
+        import socket
+        import threading
+
+        self.accepted = 0
+        self._hold_s = hold_s
+        self._closed = threading.Event()
+        self._socket = socket.create_server((address, port))
+        self._socket.settimeout(0.1)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._socket.accept()
+            except TimeoutError:
+                continue
+            self.accepted += 1
+            threading.Timer(self._hold_s, conn.close).start()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join()
+        self._socket.close()
+
+
 @pytest.mark.parametrize("lost", [False, True], ids=["every-node-up", "a-replica-down"])
 def test_a_timeout_with_a_replica_down_is_not_taken_for_a_wide_partition(ring: Ring, tmp_path: Path,
                                                                           lost: bool) -> None:
     """The same first-page timeouts: with every node up they shrink the page (a wide partition, as far as the
-    reader can tell); with a replica of the range down they are read again at full size from a live replica."""
+    reader can tell); with a replica of the range down (hung: its port answers late) they are read again at full
+    size from a live replica, by readers that start after it was lost."""
     ring.ensure_up(FIRST, FIRST + 2)
     if lost and ring.pid(FIRST + 1) is not None:
         ring.kill(FIRST + 1)
     if not lost:
         ring.ensure_up(FIRST + 1)
+    hung = HungPort(f"127.0.0.{FIRST + 1}") if lost else None
     proof = tmp_path / "proof"
     proof.mkdir()
     out = tmp_path / "out"
     command = copy_command("local", out, "-o", f"proof={proof}")
     command[command.index("cassandra")] = "tests.connectors.cassandra.first_page_timeout:FirstPageTimeoutSource"
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    try:
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        if hung is not None:
+            hung.close()
     assert result.returncode == 0, result.stderr
     assert_exact(out)
     summary = json.loads(Path(f"{out}.summary.json").read_text())
     splits, events = summary["splits"], summary.get("events", {})
     timeouts = len(list(proof.glob("timeout-*")))
     assert timeouts == splits, f"the fake timed out {timeouts} first pages of {splits} splits"  # the fault happened
-    if lost:
+    if hung is not None:
+        assert hung.accepted > 0, "no session tried the hung node"
         assert events.get("replica_down") == splits and "page_shrunk" not in events, events
     else:
         assert events.get("page_shrunk") == splits and "replica_down" not in events, events
