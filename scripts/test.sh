@@ -38,6 +38,10 @@ for line in 4.2 4.1; do
   fi
 done
 
+# their jars, resolved by Maven into folders of their own (never through Ivy and whatever ~/.m2 holds)
+python scripts/spark_tables.py jars delta --spark .venv/pyspark-4.2 >/dev/null
+python scripts/spark_tables.py jars iceberg --spark .venv/pyspark-4.1 >/dev/null
+
 # DuckDB's S3 reader for tests/splitsource/copyjob/test_object_store.py: DuckDB downloads its httpfs extension at
 # first use, which this machine cannot; the package index carries it for DuckDB 1.4 (LTS), kept apart from the venv
 if [ ! -f .venv/duckdb-s3/.complete ]; then

@@ -1,8 +1,11 @@
 """Read a table a copy made with Spark's own table connector, in a Spark of the connector's line (run in its own
 process by tests/splitsource/spark/test_table_readers.py, with that PySpark first on the path).
 
-    python table_reader_job.py delta <table path> <versions>
-    python table_reader_job.py iceberg <metadata.json> <snapshot ids, comma-separated>
+    python table_reader_job.py delta <table path> <versions> <jars>
+    python table_reader_job.py iceberg <metadata.json> <snapshot ids, comma-separated> <jars>
+
+The connector's jars come resolved by Maven (scripts/spark_tables.py), as ``spark.jars``: never through Ivy's
+``spark.jars.packages``, which trusts a pom-only entry in ``~/.m2`` and then fails to download.
 
 Prints one JSON object: the rows of the current version (every id, the count of each value of its partition column
 ``flag``, the count of a filter on it), and the row count of each version or snapshot asked for (time travel).
@@ -16,16 +19,12 @@ import sys
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-PACKAGES = {"delta": "io.delta:delta-spark_2.13:4.4.0",
-            "iceberg": "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"}
-
-
 def main() -> int:
     from pyspark.sql import SparkSession
 
-    fmt, where, versions = sys.argv[1], sys.argv[2], [v for v in sys.argv[3].split(",") if v]
+    fmt, where, versions, jars = sys.argv[1], sys.argv[2], [v for v in sys.argv[3].split(",") if v], sys.argv[4]
     builder = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-               .config("spark.jars.packages", PACKAGES[fmt]))
+               .config("spark.jars", jars))
     if fmt == "delta":
         builder = (builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                    .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts import spark_tables
 from splitsource.sink import parse_sink_options
 from tests.fixtures import ROOT
 from tests.splitsource.copyjob.test_copy import run
@@ -59,7 +60,8 @@ def _copy_and_read_with_spark(tmp_path: Path, fmt: str, spark: Path) -> None:
     assert list(totals.values()) == [10_000, 20_000, 30_000]
     where = str(out) if fmt == "delta" else open_table(str(out)).metadata_location
     env = {**os.environ, "PYTHONPATH": str(spark), "PYSPARK_PYTHON": sys.executable}
-    done = subprocess.run([sys.executable, str(JOB), fmt, where, ",".join(totals)], capture_output=True,
+    jars = ",".join(str(j) for j in spark_tables.jars(fmt, spark))
+    done = subprocess.run([sys.executable, str(JOB), fmt, where, ",".join(totals), jars], capture_output=True,
                           text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     read = json.loads(done.stdout.strip().splitlines()[-1])
