@@ -20,6 +20,7 @@ fetch so that ``wake_up`` interrupted nothing. Make the source larger or its bat
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter
 from collections.abc import Hashable
@@ -29,6 +30,7 @@ import pyarrow as pa
 
 from serializers import read_envelope, write_envelope
 from splitsource._api import FixedEnumeratorContext, Source, Split
+from splitsource._planning import check_options_class
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 from splitsource.runtime._local import Checkpoint, LocalRuntime
 
@@ -169,32 +171,77 @@ def check_add_back_snapshot(source: AnySource, expected: pa.Table | None = None,
                  "add-back snapshot: the finished split and every split the restored enumerator served")
 
 
+def _differences(actual: Any, expected: Any) -> str:
+    """What differs between two splits (or states): the dataclass fields that do, else both values."""
+    if dataclasses.is_dataclass(actual) and type(actual) is type(expected):
+        fields = [f.name for f in dataclasses.fields(actual)
+                  if getattr(actual, f.name) != getattr(expected, f.name)]
+        if fields:
+            return ", ".join(f"{name} {getattr(actual, name)!r} instead of {getattr(expected, name)!r}"
+                             for name in fields)
+    return f"{actual!r} instead of {expected!r}"
+
+
 def check_serializers(source: AnySource, max_splits: int = 1000) -> None:
-    """Every generated split, and the enumerator state after each split, round-trips through its serializer."""
+    """Every generated split, and the enumerator state after each split, round-trips through its serializer; so
+    does what remains of each split after its first fetch, which keeps the split's id."""
     enumerator = source.create_enumerator(LocalRuntime(source, 1).enumerator.context)
     enumerator.start()
+    serializer = source.split_serializer()
     taken: list[Split] = []
-    for _ in range(max_splits):
-        state = enumerator.snapshot_state()
-        assert enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, state)) == state, (
-            "enumerator state does not round-trip through its serializer"
-        )
-        split = enumerator.next_split()
-        if split is None:
-            break
-        taken.append(split)
-    if not taken:
-        raise _trivial("serializers", "the enumerator generated no split")
-        again = read_envelope(source.split_serializer(), write_envelope(source.split_serializer(), split))
-        assert again == split, f"split {split.split_id} does not round-trip: {again!r} != {split!r}"
-    ids = [s.split_id for s in taken]
-    assert len(ids) == len(set(ids)), "split ids are not unique"
-    if taken:  # always: checked above
+    try:
+        for _ in range(max_splits):
+            state = enumerator.snapshot_state()
+            again_state = enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, state))
+            if again_state != state:
+                raise AssertionError(f"serializers: the enumerator state after {len(taken)} split(s) does not "
+                                     f"round-trip: {_differences(again_state, state)}")
+            split = enumerator.next_split()
+            if split is None:
+                break
+            taken.append(split)
+        if not taken:
+            raise _trivial("serializers", "the enumerator generated no split")
+        for split in taken:
+            for what, value in (("split", split), ("its remaining split", _narrowed(source, split))):
+                again = read_envelope(serializer, write_envelope(serializer, value))
+                if again != value:
+                    raise AssertionError(f"serializers: {what} {split.split_id} does not round-trip through "
+                                         f"{type(serializer).__name__}: {_differences(again, value)}")
+        ids = [s.split_id for s in taken]
+        duplicated = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicated:
+            raise AssertionError(f"serializers: split ids are not unique: {duplicated[:5]} each name several splits")
         enumerator.add_splits_back(taken[:2])
         state = enumerator.snapshot_state()
-        assert enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, state)) == state
-        assert enumerator.next_split() == taken[0], "an added-back split was not served first"
-    enumerator.close()
+        again_state = enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, state))
+        if again_state != state:
+            raise AssertionError("serializers: the enumerator state with splits added back does not round-trip: "
+                                 f"{_differences(again_state, state)}")
+        served = enumerator.next_split()
+        if served != taken[0]:
+            raise AssertionError(f"serializers: split {taken[0].split_id} was added back but "
+                                 f"{served.split_id if served else None} was served first")
+    finally:
+        enumerator.close()
+
+
+def _narrowed(source: AnySource, split: Split) -> Split:
+    """What remains of ``split`` after its first fetch (a split as a restore or an add-back stores it)."""
+    reader = source.create_split_reader()
+    emitter = source.create_record_emitter()
+    state = source.create_split_state(split)
+    reader.add_splits([split])
+    try:
+        result = reader.fetch()
+        while not result.batches and split.split_id not in result.finished:
+            result = reader.fetch()
+        for _, raw in result.batches:
+            emitter.emit(raw, state)
+            _check_narrowed_id(split, state, "serializers")
+    finally:
+        reader.close()
+    return state.to_split()
 
 
 def check_wake_up_resume(source: AnySource, timeout: float = 30.0, max_splits: int = 8) -> None:
@@ -210,43 +257,70 @@ def check_wake_up_resume(source: AnySource, timeout: float = 30.0, max_splits: i
         out = _read_woken(source, split, timeout)
         if out is not None:
             reference = _read_one_split(source, split)  # the same split, read without interruption
-            _assert_same(rows_of(out, source.schema()), rows_of(reference, source.schema()), "fetch after wake_up")
+            _assert_same(rows_of(out, source.schema()), rows_of(reference, source.schema()),
+                         f"wake-up resume: split {split.split_id} read with wake-ups")
             return
     raise _trivial("wake-up resume", f"each of the first {len(splits)} split(s) was read in one fetch, so wake_up "
                                      "interrupted nothing")
 
 
 def _read_woken(source: AnySource, split: Split, timeout: float) -> list[pa.RecordBatch] | None:
-    """Read ``split``, calling ``wake_up`` during its second fetch; None if one fetch read it all."""
+    """Read ``split``, calling ``wake_up`` during its first fetch and during the first fetch after a batch (the
+    middle of the split); each woken fetch must return within ``timeout``. None if one fetch read it all."""
     reader = source.create_split_reader()
     emitter = source.create_record_emitter()
     state = source.create_split_state(split)
     reader.add_splits([split])
     out: list[pa.RecordBatch] = []
-    woke = False
+    woken_at: list[str] = []  # where a wake-up landed: "start", then "middle"
 
-    def drain(result: Any) -> bool:
-        for _, raw in result.batches:
-            batch = emitter.emit(raw, state)
-            if batch is not None:
-                out.append(batch)
-        return split.split_id in result.finished
+    def fetch(wake: bool) -> Any:
+        box: list[Any] = []
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                box.append(reader.fetch())
+            except BaseException as exc:  # noqa: B036 - handed to the caller's thread
+                failed.append(exc)
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        if wake:
+            reader.wake_up()
+        worker.join(timeout if wake else None)
+        if worker.is_alive():
+            raise AssertionError(f"wake-up resume: split {split.split_id}: fetch did not return within {timeout}s "
+                                 "after wake_up() (a reader must cut a long fetch short)")
+        if failed:
+            raise failed[0]
+        return box[0]
 
     try:
-        finished = drain(reader.fetch())
+        finished = False
         while not finished:
-            box: list[Any] = []
-            worker = threading.Thread(target=lambda out=box: out.append(reader.fetch()), daemon=True)
-            worker.start()
-            if not woke:
-                reader.wake_up()
-                woke = True
-            worker.join(timeout)
-            assert not worker.is_alive(), f"fetch did not return within {timeout}s after wake_up()"
-            finished = drain(box[0])
+            wake = not woken_at or (len(woken_at) == 1 and bool(out))
+            result = fetch(wake)
+            if wake:
+                woken_at.append("middle" if out else "start")
+            for _, raw in result.batches:
+                batch = emitter.emit(raw, state)
+                if batch is not None:
+                    out.append(batch)
+                _check_narrowed_id(split, state, "wake-up resume")
+            finished = split.split_id in result.finished
     finally:
         reader.close()
-    return out if woke else None
+    return out if "middle" in woken_at else None
+
+
+def _check_narrowed_id(split: Split, state: Any, check: str) -> None:
+    """The runtimes follow a split by its id (its finished report, the copy's rows per split): the remaining split
+    a state gives must keep the id."""
+    narrowed = state.to_split()
+    if narrowed.split_id != split.split_id:
+        raise AssertionError(f"{check}: split {split.split_id}, narrowed by its state, came back as "
+                             f"{narrowed.split_id}: a narrowed split keeps its id")
 
 
 def _read_one_split(source: AnySource, split: Split) -> list[pa.RecordBatch]:
@@ -262,6 +336,7 @@ def _read_one_split(source: AnySource, split: Split) -> list[pa.RecordBatch]:
                 batch = emitter.emit(raw, state)
                 if batch is not None:
                     out.append(batch)
+                _check_narrowed_id(split, state, "split read")
             if split.split_id in result.finished:
                 return out
     finally:
@@ -269,7 +344,8 @@ def _read_one_split(source: AnySource, split: Split) -> list[pa.RecordBatch]:
 
 
 def check_all(source: AnySource, expected: pa.Table | None = None) -> None:
-    """Every check above with default parameters."""
+    """Every check above with default parameters, after the connector's options are checked for reserved names."""
+    check_options_class(type(source))
     check_serializers(source)
     check_parallel_read(source, expected)
     check_snapshot_restore(source, expected)

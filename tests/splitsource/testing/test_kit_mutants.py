@@ -1,6 +1,6 @@
-"""The conformance kit catches the connector bugs it exists for: eight kinds, each planted into a small connector
-(the generator, as docs/connector-guide.md builds it) by overriding one piece; ``check_all`` must fail on every one
-and pass on the unmodified connector."""
+"""The conformance kit catches the connector bugs it exists for: each kind planted into a small connector (the
+generator, as docs/connector-guide.md builds it) by overriding one piece; ``check_all`` must fail on every one, by
+the check meant for it and with a message naming what differed, and pass on the unmodified connector."""
 
 from __future__ import annotations
 
@@ -125,8 +125,62 @@ class SerializerDropsField(GeneratorSource):
         return _LOSSY
 
 
-MUTANTS = [LostAddBack, ReplanOnRestore, SkipOnResume, RepeatOnResume, EmitterLeavesState, FinishedEarly,
-           LastRowLost, SerializerDropsField]
+_SHORTENING = MsgpackRecordSerializer(
+    "GeneratorSplitSerializer", 1,
+    to_fields=lambda s: [s.index, s.start, s.end, s.row_bytes],
+    # from the sixth split on, a split comes back one row short: only later splits are ever stored
+    from_fields=lambda f: GeneratorSplit(int(f[0]), int(f[1]), int(f[2]) - (int(f[0]) >= 5), int(f[3])),
+)
+
+
+class SerializerShortensLaterSplits(GeneratorSource):
+    """The split serializer loses a row of every split after the fifth (the kit's round-trip once never ran)."""
+
+    def split_serializer(self) -> Any:
+        return _SHORTENING
+
+
+class _RenamingState(GeneratorSplitState):
+    def to_split(self) -> GeneratorSplit:
+        return GeneratorSplit(self.split.index + 1000 * (self.offset > self.split.start), self.offset,
+                              self.split.end, self.split.row_bytes)
+
+
+class NarrowedSplitRenamed(GeneratorSource):
+    """A narrowed split gets another id (the runtimes follow a split by its id)."""
+
+    def create_split_state(self, split: GeneratorSplit) -> GeneratorSplitState:
+        return _RenamingState(split)
+
+
+class _DeafReader(GeneratorSplitReader):
+    def wake_up(self) -> None:
+        pass  # a fetch that waits runs to its end
+
+
+class IgnoresWakeUp(GeneratorSource):
+    """wake_up() is ignored, so a long fetch cannot be cut short (a fetch here waits 3 s)."""
+
+    def create_split_reader(self) -> GeneratorSplitReader:
+        return _DeafReader(self)
+
+
+# each mutant, the check meant to catch it, and words its message must hold
+MUTANTS: dict[type[GeneratorSource], tuple[str, str]] = {
+    LostAddBack: ("check_add_back_snapshot", "add-back list was lost"),
+    ReplanOnRestore: ("check_snapshot_restore", "extra or duplicated"),
+    SkipOnResume: ("check_snapshot_restore", "2 row(s) missing"),
+    RepeatOnResume: ("check_snapshot_restore", "extra or duplicated"),
+    EmitterLeavesState: ("check_snapshot_restore", "extra or duplicated"),
+    FinishedEarly: ("check_parallel_read", "missing"),
+    LastRowLost: ("check_parallel_read", "1 row(s) missing"),  # and the row it names is the last
+    SerializerDropsField: ("check_serializers", "start 0 instead of 50"),
+    SerializerShortensLaterSplits: ("check_serializers", "split generator-5 does not round-trip"),
+    NarrowedSplitRenamed: ("check_serializers", "a narrowed split keeps its id"),
+    IgnoresWakeUp: ("check_wake_up_resume", "did not return within 1.0s after wake_up()"),
+}
+CHECKS = ["check_serializers", "check_parallel_read", "check_snapshot_restore", "check_add_back",
+          "check_add_back_snapshot", "check_wake_up_resume"]
 
 
 def test_the_kit_passes_the_connector_without_a_planted_bug() -> None:
@@ -134,8 +188,26 @@ def test_the_kit_passes_the_connector_without_a_planted_bug() -> None:
     testing.check_all(source, expected(source))
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.__name__ for m in MUTANTS])
-def test_the_kit_catches_a_planted_bug(mutant: type[GeneratorSource]) -> None:
+def _run(check: str, source: GeneratorSource, truth: pa.Table) -> None:
+    if check == "check_wake_up_resume":
+        testing.check_wake_up_resume(source, timeout=1.0)
+    elif check == "check_serializers":
+        testing.check_serializers(source)
+    else:
+        getattr(testing, check)(source, truth)
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS), ids=[m.__name__ for m in MUTANTS])
+def test_the_kit_catches_a_planted_bug_with_the_check_meant_for_it(mutant: type[GeneratorSource]) -> None:
     truth = expected(GeneratorSource(OPTIONS))  # the correct rows, not the mutant's own read
-    with pytest.raises(AssertionError):
-        testing.check_all(mutant(OPTIONS), truth)
+    check, words = MUTANTS[mutant]
+    options = {**OPTIONS, "fetch_delay_ms": "3000", "batch_rows": "100"} if mutant is IgnoresWakeUp else OPTIONS
+    for earlier in CHECKS[:CHECKS.index(check)]:  # the checks before it let the mutant through...
+        if mutant is not IgnoresWakeUp:
+            _run(earlier, mutant(options), truth)
+    with pytest.raises(AssertionError) as caught:  # ...and the one meant for it names what differed
+        _run(check, mutant(options), truth)
+    assert words in str(caught.value), str(caught.value)
+    if mutant is not IgnoresWakeUp:  # its fetches wait 3 s each: the whole kit would take minutes
+        with pytest.raises(AssertionError):
+            testing.check_all(mutant(options), truth)
