@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from splitsource._api import FixedEnumeratorContext, Source, Split
-from splitsource._errors import ExecutorEnvironmentError
+from splitsource._errors import ExecutorEnvironmentError, OptionsError
 from splitsource._options import option, parse_options
 from splitsource._registry import resolve_connector
 from splitsource._version import __version__
 
 __all__ = [
     "FRAMEWORK_KEYS",
+    "RESERVED_OPTIONS",
     "BatchLimit",
     "FrameworkOptions",
     "ReadRate",
@@ -27,7 +28,9 @@ __all__ = [
     "all_splits",
     "batch_limit",
     "build_source",
+    "check_options_class",
     "concurrent_readers",
+    "load_connector",
     "pack_splits",
 ]
 
@@ -77,7 +80,8 @@ class ReadRate:
 class FrameworkOptions:
     """Options the framework reads itself, for any connector; every other option is the connector's."""
 
-    connector: str = option(doc="built-in connector name (generator, cassandra) or package.module:ClassName")
+    connector: str = option(doc="an installed connector's name (generator, cassandra, postgres, sqlite, "
+                                 "or a plugin's) or package.module:ClassName")
     partition_size_mb: float = option(128.0, doc="pack splits into reader tasks of about this estimated size",
                                       minimum=0.001)
     partitions: int = option(0, doc="exact number of reader tasks instead (0: by size)", minimum=0)
@@ -130,6 +134,29 @@ class FrameworkOptions:
 FRAMEWORK_KEYS = frozenset(f.lower() for f in FrameworkOptions.__dataclass_fields__)
 # Spark adds these itself (load(path), Hive-style options); connectors never see them.
 _SPARK_KEYS = frozenset({"path", "paths"})
+RESERVED_OPTIONS = FRAMEWORK_KEYS | _SPARK_KEYS
+"""Option names a connector cannot declare: the framework's own, and those Spark adds for ``load(path)``."""
+
+
+def check_options_class(source_class: type[Source[Any, Any, Any, Any]]) -> None:
+    """Refuse a connector whose options class declares a reserved name: the framework would take the value (or
+    Spark would drop it) before the connector saw it."""
+    for name in getattr(source_class.options_class, "__dataclass_fields__", {}):
+        if name.lower() in RESERVED_OPTIONS:
+            why = ("Spark adds it for load(path), so the framework drops it" if name.lower() in _SPARK_KEYS
+                   else "it is a framework option, read for every connector")
+            raise OptionsError(
+                f"connector '{source_class.name or source_class.__name__}' declares option '{name}', a reserved "
+                f"name ({why}); rename it, for example to '{source_class.name or 'source'}_{name}' (reserved: "
+                f"{', '.join(sorted(RESERVED_OPTIONS))})")
+
+
+def load_connector(name: str) -> type[Source[Any, Any, Any, Any]]:
+    """The Source class of connector ``name`` (see :func:`resolve_connector`), its options checked for reserved
+    names."""
+    source_class = resolve_connector(name)
+    check_options_class(source_class)
+    return source_class
 
 
 def build_source(options: Mapping[str, str]) -> tuple[FrameworkOptions, Source[Any, Any, Any, Any]]:
@@ -140,8 +167,8 @@ def build_source(options: Mapping[str, str]) -> tuple[FrameworkOptions, Source[A
         {k: v for k, v in lowered.items() if k in FRAMEWORK_KEYS},
         context="format('splitsource')",
     )
-    connector_options = {k: v for k, v in lowered.items() if k not in FRAMEWORK_KEYS and k not in _SPARK_KEYS}
-    return framework, resolve_connector(framework.connector)(connector_options)
+    connector_options = {k: v for k, v in lowered.items() if k not in RESERVED_OPTIONS}
+    return framework, load_connector(framework.connector)(connector_options)
 
 
 def concurrent_readers(framework: FrameworkOptions, tasks: int, slots: int = 0) -> int:

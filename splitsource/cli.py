@@ -106,16 +106,21 @@ def _sink_table() -> str:
 def _options(args: argparse.Namespace) -> int:
     """``splitsource options``: the tables, generated from the options' own declarations."""
     from splitsource._options import options_table
-    from splitsource._planning import FrameworkOptions
-    from splitsource._registry import resolve_connector
+    from splitsource._planning import FrameworkOptions, load_connector
+    from splitsource._registry import installed_connectors
     from splitsource.sink._options import BucketingSinkOptions
 
-    print("framework options (-o KEY=VALUE, any connector):")
+    print("installed connectors (--connector NAME):")
+    for name, claims in sorted(installed_connectors().items()):
+        for claim in claims:
+            conflict = "  (claimed twice: refused)" if len(claims) > 1 else ""
+            print(f"  {name:<12} {claim.target}  [{claim.distribution} {claim.version}]{conflict}")
+    print("\nframework options (-o KEY=VALUE, any connector):")
     print(options_table(FrameworkOptions, "text"))
     print("\nsink options (--sink-option KEY=VALUE):")
     print(options_table(BucketingSinkOptions, "text"))
     if args.connector:
-        source_class = resolve_connector(args.connector)
+        source_class = load_connector(args.connector)
         print(f"\n{args.connector} options (-o KEY=VALUE):")
         print(options_table(source_class.options_class, "text"))
     return EXIT_OK

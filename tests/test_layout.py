@@ -68,6 +68,8 @@ def _package_of(module: str) -> str:
         return parts[0]
     if len(parts) == 1:
         return "splitsource"
+    if parts[1] == "__main__":  # python -m splitsource: the command's other door
+        return "splitsource.cli"
     if parts[1].startswith("_"):
         return "core"
     return f"splitsource.{parts[1]}"
