@@ -164,6 +164,15 @@ class SplitEnumerator(abc.ABC, Generic[SplitT, PositionT]):
     def start(self) -> None:
         """Called once before the first request; connect or read metadata here, not in ``__init__``."""
 
+    def reader_options(self) -> Mapping[str, str]:
+        """Connector options every reader of this run gets on top of the user's, valid while this enumerator is
+        open (after :meth:`start`): what the enumerator set up once for all readers, such as a database snapshot
+        that readers import so that the whole run reads one instant. Not part of the plan: a restored enumerator
+        (a re-run) sets up its own. The framework passes them to a copy's read tasks, on executors too; a read
+        whose planning process ends before its readers start (``spark.read``) cannot, so readers must work
+        without them. The default: none."""
+        return {}
+
     def estimated_total_splits(self) -> int | None:
         """Best-effort number of splits of the whole plan, for progress reporting; ``None`` if unknown."""
         return None

@@ -153,6 +153,12 @@ class _Live:
             enumerator, self._key, self._enumerator = self._enumerator, None, None
             return enumerator
 
+    def reader_options(self, key: tuple[str, str, int]) -> Mapping[str, str]:
+        with self._lock:
+            if self._key != key or self._enumerator is None:
+                return {}
+            return dict(self._enumerator.reader_options())
+
     def keep(self, key: tuple[str, str, int], enumerator: SplitEnumerator[Any, Any]) -> None:
         with self._lock:
             old, self._key, self._enumerator = self._enumerator, key, enumerator
@@ -172,12 +178,22 @@ def initial_offset(source: Source[Any, Any, Any, Any], fingerprint: str, paralle
     try:
         total = enumerator.estimated_total_splits()
         plan = enumerator_state_to_bytes(source, enumerator.snapshot_state())
-    finally:
+        offset: dict[str, Any] = {"version": OFFSET_VERSION, "source": fingerprint, "plan": _digest(plan),
+                                  "taken": 0, "total": total if total is not None else -1, "batch": []}
+        (store or PlanStore()).put(offset, plan)
+    except BaseException:
         enumerator.close()
-    offset: dict[str, Any] = {"version": OFFSET_VERSION, "source": fingerprint, "plan": _digest(plan), "taken": 0,
-                              "total": total if total is not None else -1, "batch": []}
-    (store or PlanStore()).put(offset, plan)
+        raise
+    # the planning enumerator serves the batches too: what it holds for its readers (a database snapshot) is
+    # the one the plan was made at
+    _LIVE.keep((fingerprint, offset["plan"], 0), enumerator)
     return offset
+
+
+def reader_options(fingerprint: str, offset: Mapping[str, Any]) -> Mapping[str, str]:
+    """What the enumerator that planned the batch ending at ``offset`` in this process hands its readers
+    (:meth:`SplitEnumerator.reader_options`); nothing for a batch replayed from the log after a restart."""
+    return _LIVE.reader_options((fingerprint, str(offset.get("plan")), int(offset.get("taken", -1))))
 
 
 def _take(enumerator: SplitEnumerator[Any, Any], limit: BatchLimit) -> list[Split]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Protocol
 
@@ -37,6 +37,7 @@ from splitsource._offsets import (
     initial_offset,
     next_offset,
     offset_splits,
+    reader_options,
     source_fingerprint,
     validated,
 )
@@ -139,8 +140,10 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
             total = int(end.get("total", -1))
             splits = tuple(offset_splits(source, end))
             encoded = {s.split_id: write_envelope(serializer, s) for s in splits}
+            extra = reader_options(fingerprint, end)  # what the live enumerator holds for its readers
+            batch_task = replace(task, options={**task.options, **extra}) if extra else task
             try:
-                results = pool.run(Batch(batch_id, splits, encoded, task, framework), batch_progress)
+                results = pool.run(Batch(batch_id, splits, encoded, batch_task, framework), batch_progress)
             except CopyError:
                 committer.sweep(keep=())  # no task of the batch runs any more: its files are orphans now
                 raise
