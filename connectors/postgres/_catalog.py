@@ -1,0 +1,168 @@
+"""What the PostgreSQL catalog says of a table: its columns as Arrow types, its key, its relations and sizes.
+
+Each column is read one of two ways (the type table is in docs/postgres.md):
+
+- **natively**, where Arrow has the exact type (integers, floats, bool, text, bytea, date, timestamp[tz], time):
+  the ADBC driver decodes the server's binary values into Arrow in C;
+- **as the server's own text** everywhere else (numeric, uuid, json, arrays, composites, ranges, intervals,
+  network, geometric and bit types, enums, ...): ``column::text``, the value exactly as PostgreSQL prints it.
+
+Sessions set ``DateStyle`` ISO and ``TimeZone`` UTC (see :func:`session_options`), so text is the same whatever the
+server's defaults, and key values round-trip as text between the planner's session and the readers'.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from splitsource import OptionsError, SplitSourceError
+
+__all__ = ["Column", "PostgresConnectionError", "Table", "describe", "ident", "literal", "session_options"]
+
+# base type name -> Arrow type, for the types read natively
+_NATIVE: dict[str, pa.DataType] = {
+    "int2": pa.int16(), "int4": pa.int32(), "int8": pa.int64(), "float4": pa.float32(), "float8": pa.float64(),
+    "bool": pa.bool_(), "text": pa.string(), "varchar": pa.string(), "bpchar": pa.string(), "name": pa.string(),
+    "bytea": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us"),
+    "timestamptz": pa.timestamp("us", tz="UTC"), "time": pa.time64("us"),
+}
+_INFINITE = ("date", "timestamp", "timestamptz")  # their ±infinity has no Arrow value
+# key columns: orderable types whose text form casts back to the same value
+_KEY_TYPES = {"int2", "int4", "int8", "numeric", "text", "varchar", "bpchar", "uuid", "date", "timestamp",
+              "timestamptz"}
+
+
+class PostgresConnectionError(SplitSourceError, ConnectionError):
+    """PostgreSQL could not be reached, refused the login or a privilege, or has no such table."""
+
+
+class PostgresLoginError(PostgresConnectionError, OptionsError):
+    """A wrong password or user, or a privilege missing: a usage error (exit 2)."""
+
+
+def session_options() -> str:
+    """libpq's ``options`` for every session of the connector: text output independent of the server's defaults."""
+    return "-c DateStyle=ISO,YMD -c TimeZone=UTC -c IntervalStyle=postgres -c extra_float_digits=1"
+
+
+def ident(name: str) -> str:
+    """``name`` quoted as an SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def literal(text: str) -> str:
+    """``text`` as an SQL string literal (sessions keep standard_conforming_strings on, the default since 9.1)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column as the connector reads it: ``select`` is its expression in the readers' SELECT."""
+
+    name: str
+    type_name: str  # as PostgreSQL writes it: integer, numeric(10,2), text[], ...
+    base: str  # the base type's name (a domain's underlying type)
+    arrow: pa.DataType
+    select: str
+    nullable: bool
+
+    @property
+    def may_be_infinite(self) -> bool:
+        return self.base in _INFINITE and self.arrow != pa.string()
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table as planned and read: ``relations`` are the relations holding its rows (the leaf partitions of a
+    partitioned table, else the table itself), each as a quoted regclass."""
+
+    label: str  # schema.table, for messages
+    qualified: str  # quoted, for SQL
+    columns: tuple[Column, ...]
+    key: tuple[Column, ...]  # () when the table has no usable key
+    relations: tuple[str, ...]
+    server_version: int
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.arrow, c.nullable) for c in self.columns])
+
+    @property
+    def shape(self) -> str:
+        """A digest of the columns' names and types: a column added, dropped or retyped changes it."""
+        return hashlib.sha256(repr([(c.name, c.type_name) for c in self.columns]).encode()).hexdigest()[:16]
+
+    def infinite_check(self) -> str | None:
+        """An SQL expression whose value is the 1-based index of the first native date/timestamp column holding
+        ±infinity, else 0; None when there is no such column."""
+        parts = [(i, c) for i, c in enumerate(self.columns, 1) if c.may_be_infinite]
+        if not parts:
+            return None
+        whens = " ".join(f"WHEN {ident(c.name)} IN ('infinity', '-infinity') THEN {i}" for i, c in parts)
+        return f"CASE {whens} ELSE 0 END"
+
+
+def describe(conn: Any, table: str, columns: str, text_columns: str) -> Table:
+    """Describe ``table`` over the psycopg connection ``conn``: its columns (``columns``: a comma-separated
+    subset; ``text_columns``: read as text), its key and its relations."""
+    found = conn.execute("SELECT to_regclass(%s)::oid, to_regclass(%s)::text", (table, table)).fetchone()
+    if found is None or found[0] is None:
+        raise PostgresConnectionError(f"option 'table': no table {table} in this database (as the login sees it)")
+    oid, qualified = found
+    rows = conn.execute(
+        """SELECT a.attname, format_type(a.atttypid, a.atttypmod),
+                  CASE WHEN t.typtype = 'd' THEN t.typbasetype::regtype::text END AS domain_of,
+                  (SELECT b.typname FROM pg_type b WHERE b.oid = coalesce(nullif(t.typbasetype, 0), a.atttypid)),
+                  NOT a.attnotnull
+           FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+           WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum""", (oid,)).fetchall()
+    as_text = {c.strip() for c in text_columns.split(",") if c.strip()}
+    every = {r[0]: _column(r[0], r[1], r[2], r[3], r[4], r[0] in as_text) for r in rows}
+    unknown = sorted((as_text | set(_names(columns))) - set(every))
+    if unknown:
+        raise OptionsError(f"connector 'postgres': {table} has no column {', '.join(unknown)}; it has "
+                           f"{', '.join(every)}")
+    chosen = tuple(every[n] for n in _names(columns)) if columns else tuple(every.values())
+    key = tuple(every[n] for n in _key(conn, oid) if every[n].base in _KEY_TYPES)
+    leaves = conn.execute(
+        """SELECT t.relid::regclass::text FROM pg_partition_tree(%s) t JOIN pg_class c ON c.oid = t.relid
+           WHERE t.isleaf AND c.relkind IN ('r', 'm', 'p') ORDER BY t.relid::regclass::text""", (oid,)).fetchall()
+    relations = tuple(r[0] for r in leaves) or (qualified,)
+    version = int(conn.execute("SHOW server_version_num").fetchone()[0])
+    label = conn.execute("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
+                         "ON n.oid = c.relnamespace WHERE c.oid = %s", (oid,)).fetchone()[0]
+    return Table(label, qualified, chosen, key, relations, version)
+
+
+def _names(columns: str) -> list[str]:
+    return [c.strip() for c in columns.split(",") if c.strip()]
+
+
+def _column(name: str, type_name: str, domain_of: str | None, base: str, nullable: bool, as_text: bool) -> Column:
+    native = _NATIVE.get(base)
+    if native is None or as_text:
+        return Column(name, type_name, base, pa.string(), f"{ident(name)}::text", nullable)
+    if domain_of is not None:  # a domain: read as its base type
+        return Column(name, type_name, base, native, f"{ident(name)}::{domain_of}", nullable)
+    return Column(name, type_name, base, native, ident(name), nullable)
+
+
+def _key(conn: Any, oid: int) -> Sequence[str]:
+    """The columns of the primary key, else of the narrowest unique index on not-null columns (no expression, no
+    predicate); () when there is none."""
+    rows = conn.execute(
+        """SELECT array_agg(a.attname ORDER BY k.ord), bool_and(a.attnotnull), i.indisprimary
+           FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+           JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+           WHERE i.indrelid = %s AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+           GROUP BY i.indexrelid, i.indisprimary ORDER BY i.indisprimary DESC, count(*), i.indexrelid""",
+        (oid,)).fetchall()
+    for names, not_null, _ in rows:
+        if not_null:
+            return list(names)
+    return ()

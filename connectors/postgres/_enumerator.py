@@ -1,0 +1,156 @@
+"""Planning a PostgreSQL read: one exported snapshot, and key or block ranges of about ``split_size_mb`` each.
+
+The enumerator opens a REPEATABLE READ transaction, exports its snapshot (``pg_export_snapshot()``, as
+``pg_dump -j`` does) and holds it open for the run: every reader imports it, so a run reads the table at one
+instant while writers go on. The plan is cut inside that snapshot:
+
+- **key ranges** (a primary key, or a unique index on not-null columns, of orderable types): boundaries at the
+  quantiles of a block sample of the key (``TABLESAMPLE SYSTEM``), so each range holds about as many live rows as
+  the next, however the keys are skewed and whatever a mass delete left behind;
+- **block ranges** (``ctid``, PostgreSQL 14 and later): runs of blocks of the relation, the last one open-ended.
+
+A partitioned table is planned partition by partition. A restored enumerator (a re-run) keeps the plan and
+exports a new snapshot; block ranges are refused then if the table changed since the plan (``guard``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from connectors.postgres._catalog import Table, ident
+from connectors.postgres._options import PostgresOptions
+from connectors.postgres._session import connect, errors_in_one_line
+from connectors.postgres._splits import PostgresPosition, PostgresSplit
+from splitsource import CheckpointError, OptionsError, SplitEnumerator, SplitEnumeratorContext
+
+__all__ = ["PostgresEnumerator"]
+
+BLOCK = 8192
+SAMPLE_BLOCKS = 2000  # at least this many blocks sampled per relation (or all of a smaller one)
+SAMPLE_PER_SPLIT = 64  # and at least this many per split
+
+
+class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
+    def __init__(self, options: PostgresOptions, table: Table, context: SplitEnumeratorContext | None = None,
+                 position: PostgresPosition | None = None, pending: Iterable[PostgresSplit] = ()) -> None:
+        super().__init__(context, pending)
+        self._options, self._table = options, table
+        self._position = position
+        self._conn: Any = None
+        self._snapshot = ""
+
+    def start(self) -> None:
+        options = self._options
+        self._conn = connect(options)
+        with errors_in_one_line(options):
+            self._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            if options.snapshot:
+                self._conn.execute(f"SET TRANSACTION SNAPSHOT '{_snapshot_id(options.snapshot)}'")
+            else:
+                self._snapshot = self._conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+            table = self._table
+            guard = _guard(self._conn, table)
+            if self._position is None:
+                self._position = PostgresPosition(tuple(self._plan(table)), 0, guard)
+            elif any(s.by_blocks for s in self._position.splits) and guard != self._position.guard:
+                raise CheckpointError(
+                    f"{table.label} changed since this copy began, and its block-range splits (ctid) cannot go on "
+                    "at another instant without losing or repeating rows; run it again with a new checkpoint and "
+                    "output (or --overwrite), or with split_by=key on a table with a key")
+
+    def _plan(self, table: Table) -> list[PostgresSplit]:
+        by_key = self._options.split_by == "key" or (self._options.split_by == "auto" and table.key)
+        if self._options.split_by == "key" and not table.key:
+            raise OptionsError(f"connector 'postgres': option 'split_by': key, but {table.label} has no primary key "
+                               "or unique index on not-null columns of an orderable type; use split_by=blocks")
+        if not by_key and table.server_version < 140000:
+            raise OptionsError(f"connector 'postgres': {table.label} has no usable key, and block ranges need "
+                               "PostgreSQL 14 or later (TID range scans)")
+        target = self._options.split_size_mb * 1024 * 1024
+        splits: list[PostgresSplit] = []
+        for relation in table.relations:
+            size, blocks, tuples = self._conn.execute(
+                "SELECT pg_table_size(c.oid), pg_relation_size(c.oid), c.reltuples FROM pg_class c "
+                "WHERE c.oid = %s::regclass", (relation,)).fetchone()
+            count = max(1, math.ceil(size / target))
+            blocks //= BLOCK
+            row_bytes = max(1, int(size / tuples)) if tuples and tuples > 0 else 100
+            if by_key:
+                bounds = self._key_bounds(table, relation, count, blocks) if count > 1 else []
+                edges: list[tuple[str, ...] | None] = [None, *bounds, None]
+                for lo, hi in zip(edges, edges[1:], strict=False):
+                    splits.append(PostgresSplit(len(splits), relation, lo=lo, hi=hi, size=size // (len(edges) - 1),
+                                                row_bytes=row_bytes))
+            else:
+                step = max(1, math.ceil(blocks / count))
+                for first in range(0, max(blocks, 1), step):
+                    end = first + step if first + step < blocks else -1
+                    splits.append(PostgresSplit(len(splits), relation, first_block=first, end_block=end,
+                                                size=size * min(step, max(blocks, 1)) // max(blocks, 1),
+                                                row_bytes=row_bytes))
+        return splits
+
+    def _key_bounds(self, table: Table, relation: str, count: int, blocks: int) -> list[tuple[str, ...]]:
+        """``count - 1`` boundaries at the quantiles of a block sample of the key (fewer where they coincide)."""
+        percent = min(100.0, 100.0 * max(SAMPLE_BLOCKS, SAMPLE_PER_SPLIT * count) / max(blocks, 1))
+        keys = ", ".join(f"{ident(c.name)}::text AS __k{i}" for i, c in enumerate(table.key))
+        # qualified: an output column of the same name (the text) would be sorted as text
+        order = ", ".join(f"{relation}.{ident(c.name)}" for c in table.key)
+        where = f" WHERE {self._options.where}" if self._options.where else ""
+        sample = self._conn.execute(
+            f"SELECT {keys} FROM {relation} TABLESAMPLE SYSTEM ({percent}) REPEATABLE (0){where} ORDER BY {order}"
+        ).fetchall()
+        bounds: list[tuple[str, ...]] = []
+        for i in range(1, count):
+            if not sample:
+                break
+            bound = tuple(sample[len(sample) * i // count])
+            if bound != (bounds[-1] if bounds else None) and bound != tuple(sample[0]):
+                bounds.append(bound)
+        return bounds
+
+    def generate_split(self) -> PostgresSplit | None:
+        assert self._position is not None, "start() first"
+        position = self._position
+        if position.next_index >= len(position.splits):
+            return None
+        self._position = PostgresPosition(position.splits, position.next_index + 1, position.guard)
+        return position.splits[position.next_index]
+
+    def position(self) -> PostgresPosition:
+        assert self._position is not None, "start() first"
+        return self._position
+
+    def estimated_total_splits(self) -> int | None:
+        return len(self._position.splits) if self._position is not None else None
+
+    def reader_options(self) -> dict[str, str]:
+        return {"snapshot": self._snapshot} if self._snapshot else {}
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()  # ends the transaction: its snapshot can be imported no more
+            self._conn = None
+        super().close()
+
+
+def _guard(conn: Any, table: Table) -> str:
+    """What changes whenever a row of the table does: each relation's file and its counts of inserted, updated and
+    deleted rows (statistics a SELECT-only role can read; the server publishes them within about a second)."""
+    parts = []
+    for relation in table.relations:
+        row = conn.execute(
+            "SELECT pg_relation_filenode(%s::regclass), pg_stat_get_tuples_inserted(%s::regclass), "
+            "pg_stat_get_tuples_updated(%s::regclass), pg_stat_get_tuples_deleted(%s::regclass)",
+            (relation,) * 4).fetchone()
+        parts.append(f"{relation}:{':'.join(map(str, row))}")
+    return ";".join(parts)
+
+
+def _snapshot_id(text: str) -> str:
+    if not all(c.isalnum() or c == "-" for c in text):
+        raise OptionsError(f"connector 'postgres': option 'snapshot': {text!r} is not a snapshot id "
+                           "(pg_export_snapshot() returns one like 00000003-0000001B-1)")
+    return text

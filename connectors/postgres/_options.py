@@ -1,0 +1,63 @@
+"""The PostgreSQL connector's options: one frozen dataclass, parsed once; ``splitsource options --connector
+postgres`` prints the table (and docs/postgres.md shows it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from splitsource import OptionsError, Secret, option
+
+__all__ = ["PostgresOptions", "conninfo"]
+
+
+def _split_by(text: str) -> str:
+    return text.strip().lower()
+
+
+@dataclass(frozen=True)
+class PostgresOptions:
+    table: str = option(doc="the table to read: schema.table, or table (found on the search_path)", parse=str.strip)
+    dsn: str = option("", doc="libpq conninfo or postgresql:// URI (empty: PGHOST, PGPORT, PGUSER, PGDATABASE "
+                              "and the rest of libpq's environment); a password here is never printed")
+    password: Secret = option(Secret(""), doc="password (never printed; else PGPASSWORD or ~/.pgpass, as libpq "
+                                              "finds it)")
+    sslmode: str = option("", doc="libpq sslmode: disable, allow, prefer, require, verify-ca, verify-full (empty: "
+                                  "the dsn's or libpq's default)",
+                          choices=("", "disable", "allow", "prefer", "require", "verify-ca", "verify-full"))
+    sslrootcert: str = option("", doc="CA certificate(s), PEM, that signed the server's certificate")
+    sslcert: str = option("", doc="client certificate, PEM")
+    sslkey: str = option("", doc="the client certificate's private key, PEM")
+    columns: str = option("", doc="comma-separated columns to read (empty: all)", parse=str.strip)
+    where: str = option("", doc="an SQL condition on the table's rows, e.g. \"created >= '2026-01-01'\"; it must "
+                                "select the same rows at any instant you mean to read (a bounded range)",
+                        parse=str.strip)
+    text_columns: str = option("", doc="columns read as the server's own text instead of their Arrow type (a "
+                                       "date or timestamp column that holds infinity)", parse=str.strip)
+    split_by: str = option("auto", doc="auto: key ranges when a primary key or unique not-null index leads with "
+                                       "an orderable column, else block ranges; key; blocks (ctid ranges)",
+                           choices=("auto", "key", "blocks"), parse=_split_by)
+    split_size_mb: float = option(64.0, doc="target split size in MiB (of the table on disk)", minimum=0.01)
+    page_rows: int = option(100_000, doc="most rows per fetch (a page of a key range)", minimum=1)
+    page_mb: float = option(16.0, doc="most MiB of the table read per fetch (a page of a block range, or "
+                                      "page_rows shrunk to it for a key range)", minimum=0.01)
+    snapshot: str = option("", doc="read at this exported snapshot (pg_export_snapshot() of a transaction you hold "
+                                   "open); empty: a copy exports its own, once, for all its readers", parse=str.strip)
+    connect_timeout_s: int = option(10, doc="seconds to wait for a connection", minimum=1)
+
+    def __post_init__(self) -> None:
+        if not self.table:
+            raise OptionsError("connector 'postgres': option 'table' is empty")
+
+
+def conninfo(options: PostgresOptions, application: str = "splitsource") -> str:
+    """The libpq connection string of ``options``: the dsn with the connector's own settings on top (libpq reads the
+    environment and ~/.pgpass for whatever neither gives)."""
+    from psycopg.conninfo import make_conninfo
+
+    extra: dict[str, object] = {"application_name": application, "connect_timeout": options.connect_timeout_s}
+    for key in ("sslmode", "sslrootcert", "sslcert", "sslkey"):
+        if getattr(options, key):
+            extra[key] = getattr(options, key)
+    if options.password:
+        extra["password"] = options.password.reveal()
+    return make_conninfo(options.dsn, **extra)  # type: ignore[arg-type]

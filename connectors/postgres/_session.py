@@ -1,0 +1,53 @@
+"""Connections to PostgreSQL: psycopg for the catalog, planning and the snapshot; errors in one line."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from connectors.postgres._catalog import PostgresConnectionError, PostgresLoginError, session_options
+from connectors.postgres._options import PostgresOptions, conninfo
+
+__all__ = ["connect", "login_error", "one_line"]
+
+# SQLSTATE classes a login or privilege problem raises: a usage error, not worth a retry
+_LOGIN_STATES = {"28P01", "28000", "42501", "3D000"}
+
+
+def connect(options: PostgresOptions) -> Any:
+    """A psycopg connection with the connector's session settings; a refusal is a one-line error."""
+    import psycopg
+
+    try:
+        return psycopg.connect(conninfo(options), options=session_options(), autocommit=True)
+    except psycopg.Error as exc:
+        raise login_error(exc, options) from None
+
+
+def login_error(exc: BaseException, options: PostgresOptions) -> PostgresConnectionError:
+    """``exc`` from connecting or the first query as a one-line connector error (no password in it)."""
+    state = getattr(exc, "sqlstate", None) or getattr(getattr(exc, "diag", None), "sqlstate", None)
+    text = one_line(exc)
+    if options.password:
+        text = text.replace(options.password.reveal(), "***")
+    cls = PostgresLoginError if state in _LOGIN_STATES or "password authentication failed" in text \
+        or "permission denied" in text else PostgresConnectionError
+    return cls(f"PostgreSQL: {text}")
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of a driver's message (libpq's carry a DETAIL and a caret line after it)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+@contextlib.contextmanager
+def errors_in_one_line(options: PostgresOptions) -> Iterator[None]:
+    """psycopg errors raised inside as one-line connector errors."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise login_error(exc, options) from None

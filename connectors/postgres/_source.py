@@ -1,0 +1,169 @@
+"""PostgresSource: a PostgreSQL table (or a bounded part of it) at one instant, by key or block ranges."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.postgres._catalog import Column, Table, describe, ident, literal
+from connectors.postgres._enumerator import PostgresEnumerator
+from connectors.postgres._options import PostgresOptions
+from connectors.postgres._reader import PostgresEmitter, PostgresSplitReader
+from connectors.postgres._session import connect, errors_in_one_line
+from connectors.postgres._splits import POSITIONS, SPLITS, PostgresPosition, PostgresSplit, PostgresSplitState
+from serializers import SimpleVersionedSerializer
+from splitsource import EnumeratorState, Predicate, Source, SplitEnumeratorContext
+
+__all__ = ["PostgresSource"]
+
+_TRANSIENT_STATES = {"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004", "40001", "53300"}
+_TRANSIENT_WORDS = ("server closed the connection", "terminating connection", "connection refused",
+                    "could not connect", "the database system is", "no connection to the server",
+                    "connection to server", "administrator command", "SSL SYSCALL error", "EOF detected")
+
+
+class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOptions]):
+    """A PostgreSQL table read at one instant (``connector=postgres``).
+
+    Options (``splitsource options --connector postgres``): ``table`` (required), the libpq connection (``dsn``,
+    ``password``, ``sslmode``...; else libpq's environment and ``~/.pgpass``), ``columns``, ``where``,
+    ``split_by``, ``split_size_mb``. Example::
+
+        spark.read.format("splitsource").option("connector", "postgres").option("table", "public.events").load()
+    """
+
+    name = "postgres"
+    options_class = PostgresOptions
+
+    @functools.cached_property
+    def table(self) -> Table:
+        """The table as the catalog describes it (one query per Source, in each process)."""
+        with connect(self.options) as conn, errors_in_one_line(self.options):
+            return describe(conn, self.options.table, self.options.columns, self.options.text_columns)
+
+    def schema(self) -> pa.Schema:
+        return self.table.schema
+
+    def create_enumerator(self, context: SplitEnumeratorContext) -> PostgresEnumerator:
+        return PostgresEnumerator(self.options, self.table, context)
+
+    def restore_enumerator(self, context: SplitEnumeratorContext,
+                           state: EnumeratorState[PostgresSplit, PostgresPosition]) -> PostgresEnumerator:
+        return PostgresEnumerator(self.options, self.table, context, state.position, state.pending)
+
+    def create_split_reader(self) -> PostgresSplitReader:
+        return PostgresSplitReader(self.options, self.table)
+
+    def create_record_emitter(self) -> PostgresEmitter:
+        return PostgresEmitter()
+
+    def create_split_state(self, split: PostgresSplit) -> PostgresSplitState:
+        return PostgresSplitState(split)
+
+    def split_serializer(self) -> SimpleVersionedSerializer[PostgresSplit]:
+        return SPLITS
+
+    def position_serializer(self) -> SimpleVersionedSerializer[PostgresPosition]:
+        return POSITIONS
+
+    def is_transient(self, error: BaseException) -> bool:
+        if super().is_transient(error):
+            return True
+        state = getattr(error, "sqlstate", None) or getattr(getattr(error, "diag", None), "sqlstate", None)
+        return state in _TRANSIENT_STATES or any(w in str(error) for w in _TRANSIENT_WORDS)
+
+    def identity(self) -> Mapping[str, Any]:
+        o = self.options
+        found: dict[str, Any] = {"connector": self.name, "table": self.table.label, "shape": self.table.shape}
+        found.update({k: getattr(o, k) for k in ("columns", "where", "text_columns") if getattr(o, k)})
+        return found
+
+    def origin(self) -> Mapping[str, Any]:
+        with connect(self.options) as conn, errors_in_one_line(self.options):
+            system, database = conn.execute(
+                "SELECT system_identifier::text, current_database() FROM pg_control_system()").fetchone()
+        return {"system_identifier": system, "database": database}
+
+    def key_columns(self) -> Sequence[str]:
+        return [c.name for c in self.table.key]
+
+    def push_predicates(self, predicates: Sequence[Predicate]) -> tuple[Mapping[str, str], Sequence[int]]:
+        columns = {c.name: c for c in self.table.columns}
+        conditions, used = [], []
+        for i, p in enumerate(predicates):
+            sql = _condition(columns.get(p.column), p)
+            if sql is not None:
+                conditions.append(sql)
+                used.append(i)
+        if not conditions:
+            return {}, ()
+        where = " AND ".join(([f"({self.options.where})"] if self.options.where else []) + conditions)
+        return {"where": where}, used
+
+    def reference_rows(self, part: int = 0, parts: int = 1) -> Iterator[tuple[Any, ...]]:
+        """The rows through psycopg with plain values computed by the server (days, microseconds, text), a path
+        apart from the readers' ADBC decoding; part ``part`` of ``parts`` is a run of blocks of each relation."""
+        table = self.table
+        select = ", ".join(_plain(c) for c in table.columns)
+        with connect(self.options) as conn, errors_in_one_line(self.options):
+            for relation in table.relations:
+                blocks = conn.execute("SELECT pg_relation_size(%s::regclass) / 8192", (relation,)).fetchone()[0]
+                lo, hi = blocks * part // parts, blocks * (part + 1) // parts
+                conditions = [f"ctid >= '({lo},0)'::tid"] + ([f"ctid < '({hi},0)'::tid"] if part < parts - 1 else [])
+                if self.options.where:
+                    conditions.append(f"({self.options.where})")
+                with conn.cursor(name=f"splitsource_verify_{part}") as cursor:
+                    cursor.itersize = 10_000
+                    conn.autocommit = False
+                    cursor.execute(f"SELECT {select} FROM {relation} WHERE {' AND '.join(conditions)}")
+                    for row in cursor:
+                        yield tuple(row)
+                    conn.rollback()
+                    conn.autocommit = True
+
+    def reference_label(self, part: int, parts: int) -> str:
+        return f"blocks part {part + 1} of {parts}"
+
+
+def _plain(column: Column) -> str:
+    """The column as the plain Python value verify compares with (see ``Source.reference_rows``)."""
+    name = ident(column.name)
+    if column.arrow == pa.string():
+        return column.select
+    if column.base == "date":
+        return f"({name} - DATE '1970-01-01')"
+    if column.base in ("timestamp", "timestamptz"):
+        return f"(extract(epoch FROM {name}) * 1000000)::int8"
+    if column.base == "time":
+        return f"(extract(epoch FROM {name}) * 1000000)::int8"
+    return column.select
+
+
+def _condition(column: Column | None, p: Predicate) -> str | None:
+    """``p`` as SQL on ``column`` with Spark's meaning, or None when it cannot be pushed exactly."""
+    if column is None or column.arrow == pa.string() and column.base not in ("text", "varchar", "bpchar", "name"):
+        return None  # read as text: the server's comparison of its own type differs from Spark's of strings
+    if column.arrow in (pa.binary(), pa.time64("us")) or column.base in ("bpchar",):
+        return None
+    values = p.value if p.op == "in" else (p.value,)
+    if any(v is None for v in values):
+        return None
+    texts = []
+    for v in values:
+        if isinstance(v, bool):
+            texts.append("true" if v else "false")
+        elif hasattr(v, "isoformat"):
+            texts.append(v.isoformat())
+        else:
+            texts.append(str(v))
+    # strings compare by UTF-8 bytes in Spark: the C collation does the same
+    name = ident(column.name) + (' COLLATE "C"' if column.arrow == pa.string() else "")
+    typed = [f"{literal(t)}::{column.type_name}" for t in texts]
+    if p.op == "in":
+        return f"{name} IN ({', '.join(typed)})"
+    if p.op in ("=", "<", "<=", ">", ">="):
+        return f"{name} {p.op} {typed[0]}"
+    return None

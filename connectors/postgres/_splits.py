@@ -1,0 +1,97 @@
+"""A PostgreSQL split: a key range or a block range of one relation, its state, the plan, their serializers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from serializers import MsgpackRecordSerializer
+from splitsource import Split, SplitState
+
+__all__ = ["POSITIONS", "SPLITS", "PostgresPosition", "PostgresSplit", "PostgresSplitState"]
+
+Key = tuple[str, ...]  # a key's values as the server prints them (cast back with the key columns' types)
+
+
+@dataclass(frozen=True)
+class PostgresSplit(Split):
+    """Rows of ``relation`` in a key range (``lo`` to ``hi``, ``hi`` excluded; None: open) or, when
+    ``first_block`` >= 0, in the blocks from ``first_block`` to ``end_block`` (excluded; -1: to the end).
+    ``done``: nothing left (a state's remaining split after the last page)."""
+
+    index: int
+    relation: str
+    lo: Key | None = None
+    lo_inclusive: bool = True
+    hi: Key | None = None
+    first_block: int = -1
+    end_block: int = -1
+    size: int = 0  # estimated bytes on disk
+    row_bytes: int = 100  # estimated bytes per row on disk (sizes a key range's pages)
+    done: bool = False
+
+    @property
+    def split_id(self) -> str:
+        return f"postgres-{self.index}"
+
+    @property
+    def estimated_size_bytes(self) -> int:
+        return 0 if self.done else self.size
+
+    @property
+    def by_blocks(self) -> bool:
+        return self.first_block >= 0
+
+
+class PostgresSplitState(SplitState[PostgresSplit]):
+    """The remaining split: the emitter sets it from each page (a page carries the split left after it)."""
+
+    def __init__(self, split: PostgresSplit) -> None:
+        self.remaining = split
+
+    @property
+    def split_id(self) -> str:
+        return self.remaining.split_id
+
+    def to_split(self) -> PostgresSplit:
+        return self.remaining
+
+
+@dataclass(frozen=True)
+class PostgresPosition:
+    """The plan, cut once at the start of a run (at its snapshot): every split, the next one to hand out, and
+    ``guard``, what the relations' change counters were (block ranges resume only on an unchanged table)."""
+
+    splits: tuple[PostgresSplit, ...]
+    next_index: int
+    guard: str
+
+
+def _split_fields(s: PostgresSplit) -> list[Any]:
+    return [s.index, s.relation, None if s.lo is None else list(s.lo), s.lo_inclusive,
+            None if s.hi is None else list(s.hi), s.first_block, s.end_block, s.size, s.row_bytes, s.done]
+
+
+def _split(f: list[Any]) -> PostgresSplit:
+    return PostgresSplit(int(f[0]), str(f[1]), None if f[2] is None else tuple(map(str, f[2])), bool(f[3]),
+                         None if f[4] is None else tuple(map(str, f[4])), int(f[5]), int(f[6]), int(f[7]),
+                         int(f[8]), bool(f[9]))
+
+
+SPLITS = MsgpackRecordSerializer("PostgresSplitSerializer", 1, to_fields=_split_fields, from_fields=_split)
+POSITIONS = MsgpackRecordSerializer(
+    "PostgresPositionSerializer", 1,
+    to_fields=lambda p: [[_split_fields(s) for s in p.splits], p.next_index, p.guard],
+    from_fields=lambda f: PostgresPosition(tuple(_split(s) for s in f[0]), int(f[1]), str(f[2])),
+)
+
+
+def narrowed(split: PostgresSplit, *, after_key: Key | None = None, next_block: int | None = None,
+             done: bool = False) -> PostgresSplit:
+    """What is left of ``split`` after a page: keys after ``after_key``, blocks from ``next_block``, or nothing."""
+    if done:
+        return replace(split, done=True)
+    if after_key is not None:
+        return replace(split, lo=after_key, lo_inclusive=False)
+    assert next_block is not None
+    return replace(split, first_block=next_block)

@@ -1,0 +1,99 @@
+"""The PostgreSQL connector against real servers (15 and 18): the conformance kit with the inserted rows as the
+truth, key and block ranges, composite keys, partitions, and splits near their target on skewed tables."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from connectors.postgres import PostgresSource
+from connectors.postgres._reader import key_condition
+from splitsource import FixedEnumeratorContext, OptionsError, testing
+from tests.connectors.postgres.conftest import expected_events, make_events, options
+from tests.fixtures import PostgresServer
+
+pytestmark = pytest.mark.slow
+
+
+def _truth(rows: int) -> pa.Table:
+    truth = expected_events(rows)
+    return pa.table({"id": list(truth), "name": [v[0] for v in truth.values()],
+                     "score": [v[1] for v in truth.values()], "flag": [v[2] for v in truth.values()]})
+
+
+@pytest.mark.parametrize("split_by", ["key", "blocks"])
+def test_the_kit_passes_against_the_inserted_rows(postgres: PostgresServer, table_name: str, split_by: str) -> None:
+    make_events(postgres, table_name, 30_000)
+    source = PostgresSource(options(postgres, table_name, columns="id,name,score,flag", split_by=split_by,
+                                    split_size_mb="0.5", page_rows="2000", page_mb="0.1"))
+    testing.check_all(source, expected=_truth(30_000))
+
+
+def test_a_composite_key_and_a_partitioned_table(postgres15: PostgresServer, table_name: str) -> None:
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (region text, id int4, v text, PRIMARY KEY (region, id)) "
+                     "PARTITION BY LIST (region)")
+        for region in ("east", "west", "north"):
+            conn.execute(f"CREATE TABLE {table_name}_{region} PARTITION OF {table_name} FOR VALUES IN ('{region}')")
+        conn.execute(f"INSERT INTO {table_name} SELECT r, i, r || i FROM unnest(ARRAY['east', 'west', 'north']) r, "
+                     "generate_series(1, 8000) i")
+        conn.execute(f"ANALYZE {table_name}")
+    source = PostgresSource(options(postgres15, table_name, split_size_mb="0.1", page_rows="1500"))
+    assert source.key_columns() == ["region", "id"]
+    enumerator = source.create_enumerator(FixedEnumeratorContext(2))
+    enumerator.start()
+    relations = {s.relation for s in iter(enumerator.next_split, None)}
+    enumerator.close()
+    assert relations == {f"{table_name}_{r}" for r in ("east", "west", "north")}
+    truth = pa.table({"region": [r for r in ("east", "west", "north") for _ in range(8000)],
+                      "id": pa.array([i for _ in range(3) for i in range(1, 8001)], pa.int32()),
+                      "v": [f"{r}{i}" for r in ("east", "west", "north") for i in range(1, 8001)]})
+    testing.check_all(source, expected=truth)
+
+
+def _rows_per_split(server: PostgresServer, source: PostgresSource) -> list[int]:
+    enumerator = source.create_enumerator(FixedEnumeratorContext(2))
+    enumerator.start()
+    splits = list(iter(enumerator.next_split, None))
+    enumerator.close()
+    with server.connect() as conn:
+        return [conn.execute(f"SELECT count(*) FROM {s.relation} WHERE "
+                             f"{' AND '.join(key_condition(source.table, s)) or 'true'}").fetchone()[0]
+                for s in splits]
+
+
+@pytest.mark.parametrize("shape", ["skewed", "mass-deleted"])
+def test_no_split_is_three_times_its_target(postgres15: PostgresServer, table_name: str, shape: str) -> None:
+    """90% of the rows in 10% of the key range, or a table after a mass delete: each split near its target
+    (Spark's JDBC source and ConnectorX cut equal-width key ranges: one huge partition)."""
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (id int8 PRIMARY KEY, pad text)")
+        if shape == "skewed":  # 180,000 keys in 1..200,000; 20,000 spread over 200,001..2,000,000
+            conn.execute(f"INSERT INTO {table_name} SELECT i, repeat('x', 100) FROM generate_series(1, 180000) i")
+            conn.execute(f"INSERT INTO {table_name} SELECT 200000 + i * 90, repeat('x', 100) "
+                         "FROM generate_series(1, 20000) i")
+        else:  # 400,000 rows, then every key below 300,000 deleted but one in 50
+            conn.execute(f"INSERT INTO {table_name} SELECT i, repeat('x', 100) FROM generate_series(1, 400000) i")
+            conn.execute(f"ANALYZE {table_name}")
+            conn.execute(f"DELETE FROM {table_name} WHERE id < 300000 AND id % 50 <> 0")
+        conn.execute(f"ANALYZE {table_name}" if shape == "skewed" else "SELECT 1")  # stale statistics stay stale
+        total, size = conn.execute(f"SELECT count(*), pg_table_size('{table_name}') FROM {table_name}").fetchone()
+    source = PostgresSource(options(postgres15, table_name, split_size_mb="4"))
+    counts = _rows_per_split(postgres15, source)
+    assert sum(counts) == total
+    target_rows = total * 4 * 1024 * 1024 / size if shape == "skewed" else total / len(counts)
+    assert len(counts) >= 3, counts
+    assert max(counts) <= 3 * target_rows, (counts, target_rows)
+
+
+def test_split_by_key_on_a_table_without_one_is_refused(postgres15: PostgresServer, table_name: str) -> None:
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (v text)")
+    source = PostgresSource(options(postgres15, table_name, split_by="key"))
+    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
+    with pytest.raises(OptionsError, match="has no primary key or unique index"):
+        enumerator.start()
+    enumerator.close()
