@@ -114,6 +114,9 @@ def describe(conn: Any, table: str, columns: str, text_columns: str) -> Table:
     if found is None or found[0] is None:
         raise PostgresConnectionError(f"option 'table': no table {table} in this database (as the login sees it)")
     oid, qualified = found
+    if not conn.execute("SELECT has_table_privilege(%s, 'SELECT')", (oid,)).fetchone()[0]:
+        raise PostgresLoginError(f"PostgreSQL: permission denied for table {qualified}: the login needs SELECT on "
+                                 "it (GRANT SELECT ON ... TO ...)")
     rows = conn.execute(
         """SELECT a.attname, format_type(a.atttypid, a.atttypmod),
                   CASE WHEN t.typtype = 'd' THEN t.typbasetype::regtype::text END AS domain_of,

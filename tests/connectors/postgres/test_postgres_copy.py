@@ -1,0 +1,179 @@
+"""Copies from a real PostgreSQL, checked against the rows the test inserted: exact on both servers, through a
+storm of SIGKILLs, at one instant while writers run, across a killed backend, and refused in one line where it
+must be (a wrong password, a missing privilege, a column added between a kill and the re-run)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.connectors.postgres.conftest import cli_options, expected_events, make_events
+from tests.fixtures import PostgresServer
+from tests.splitsource.copyjob.test_copy import CLI, _polled_rows, kill_and_rerun
+
+pytestmark = pytest.mark.slow
+
+
+def _copy(server: PostgresServer, args: list[str], env: dict[str, str] | None = None,
+          timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, "copy", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env or server.run_env())
+
+
+def _rows(out: Path, *columns: str) -> list[tuple[object, ...]]:
+    table = pq.read_table(out, columns=list(columns))
+    return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+
+
+def test_a_copy_is_exact_and_verifies(postgres: PostgresServer, table_name: str, tmp_path: Path) -> None:
+    make_events(postgres, table_name, 20_000)
+    out = tmp_path / "out"
+    done = _copy(postgres, [*cli_options(postgres, table_name, split_size_mb="0.3"), "--output", str(out),
+                            "--engine", "local", "--quiet"])
+    assert done.returncode == 0, done.stderr
+    rows = _rows(out, "id", "name", "score", "flag")
+    truth = expected_events(20_000)
+    assert sorted(r[0] for r in rows) == list(truth)
+    assert all(truth[r[0]] == r[1:] for r in rows)  # type: ignore[index]
+    verified = subprocess.run([*CLI, "verify", *cli_options(postgres, table_name), "--output", str(out)],
+                              capture_output=True, text=True, env=postgres.run_env(), timeout=300)
+    assert verified.returncode == 0 and verified.stdout.startswith("MATCH"), verified.stdout + verified.stderr
+    secret = postgres.env["PGPASSWORD"]
+    for path in (*tmp_path.rglob("*"),):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"the password is in {path}"
+
+
+@pytest.mark.parametrize("split_by", ["key", "blocks"])
+def test_a_sigkill_storm_ends_exact(postgres15: PostgresServer, table_name: str, tmp_path: Path,
+                                    split_by: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ten SIGKILLs of the local engine, each after a commit, at a random point of the next batch."""
+    make_events(postgres15, table_name, 60_000)
+    monkeypatch.setenv("PGPASSWORD", postgres15.env["PGPASSWORD"])
+    out = tmp_path / "out"
+    args = ["copy", *cli_options(postgres15, table_name, split_size_mb="0.1", page_rows="500", split_by=split_by),
+            "--output", str(out), "--engine", "local", "--workers", "2", "--max-splits-per-batch", "2", "--quiet"]
+    kill_and_rerun(args, out, kills=10, seed=7, jitter=0.3)
+    ids = [r[0] for r in _rows(out, "id")]
+    assert sorted(ids) == list(range(1, 60_001))
+
+
+def test_one_instant_while_writers_run(postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:
+    """Writers move balance between accounts, delete one and insert another in each transaction, so at every
+    instant the table holds 5,000 accounts and 5,000,000 in all; a copy that mixed instants would not."""
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (id int8 PRIMARY KEY, balance int8, pad text)")
+        conn.execute(f"INSERT INTO {table_name} SELECT i, 1000, repeat('x', 200) FROM generate_series(1, 5000) i")
+    stop = threading.Event()
+    transactions = [0]
+
+    def write(seed: int) -> None:
+        import psycopg
+
+        rng = random.Random(seed)
+        next_id = 1_000_000 * (seed + 1)
+        with postgres15.connect() as conn:
+            while not stop.is_set():
+                try:
+                    with conn.transaction():
+                        a, b = conn.execute(f"SELECT id FROM {table_name} ORDER BY random() LIMIT 2").fetchall()
+                        conn.execute(f"UPDATE {table_name} SET balance = balance - 7 WHERE id = %s", a)
+                        conn.execute(f"UPDATE {table_name} SET balance = balance + 7 WHERE id = %s", b)
+                        gone = conn.execute(f"DELETE FROM {table_name} WHERE id = %s RETURNING balance",
+                                            (rng.choice([a[0], b[0]]),)).fetchone()
+                        next_id += 1
+                        conn.execute(f"INSERT INTO {table_name} VALUES (%s, %s, repeat('y', {rng.randint(0, 400)}))",
+                                     (next_id, gone[0]))
+                    transactions[0] += 1
+                except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure, TypeError):
+                    pass  # two writers on one row: that transaction rolled back whole
+
+    writers = [threading.Thread(target=write, args=(i,), daemon=True) for i in range(2)]
+    for w in writers:
+        w.start()
+    try:
+        out = tmp_path / "out"
+        done = _copy(postgres15, [*cli_options(postgres15, table_name, split_size_mb="0.05", page_rows="100"),
+                                  "--output", str(out), "--engine", "local", "--workers", "2",
+                                  "--max-splits-per-batch", "2", "--quiet"])
+        during = transactions[0]
+    finally:
+        stop.set()
+        for w in writers:
+            w.join(30)
+    assert done.returncode == 0, done.stderr
+    assert during > 50, f"only {during} writer transactions ran during the copy: the test proves nothing"
+    rows = _rows(out, "id", "balance")
+    assert len(rows) == 5000 and len({r[0] for r in rows}) == 5000
+    assert sum(r[1] for r in rows) == 5_000_000  # type: ignore[misc]
+
+
+def test_a_killed_backend_resumes_mid_split(postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:
+    """pg_terminate_backend on every reader's session while the copy runs: the readers connect again, import the
+    run's snapshot and resume their splits; every row once."""
+    make_events(postgres15, table_name, 40_000)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*CLI, "copy", *cli_options(postgres15, table_name, split_size_mb="0.2",
+                                                          page_rows="200"),
+                             "--output", str(out), "--engine", "local", "--workers", "2", "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=postgres15.run_env())
+    killed = 0
+    with postgres15.connect() as conn:
+        while proc.poll() is None and killed < 3:
+            found = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
+                                 "'splitsource' AND query LIKE 'SELECT%%ctid%%' OR (application_name = "
+                                 "'splitsource' AND query LIKE 'SELECT%%ORDER BY%%LIMIT%%')").fetchall()
+            killed += sum(1 for r in found if r[0])
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert killed >= 1, "no reader's backend was terminated: the test proves nothing"
+    assert sorted(r[0] for r in _rows(out, "id")) == list(range(1, 40_001))
+
+
+def test_wrong_password_and_missing_privilege_are_one_line(postgres15: PostgresServer, table_name: str,
+                                                           tmp_path: Path) -> None:
+    make_events(postgres15, table_name, 100)
+    with postgres15.connect() as conn:
+        conn.execute("DROP ROLE IF EXISTS nobody_reads")
+        conn.execute("CREATE ROLE nobody_reads LOGIN PASSWORD 'secret-nr'")
+    wrong = _copy(postgres15, [*cli_options(postgres15, table_name), "--output", str(tmp_path / "a")],
+                  env={**postgres15.run_env(), "PGPASSWORD": "not-the-password"})
+    assert wrong.returncode == 2 and len(wrong.stderr.strip().splitlines()) == 1, wrong.stderr
+    assert "password authentication failed" in wrong.stderr and "not-the-password" not in wrong.stderr
+    dsn = postgres15.dsn.replace("user=postgres", "user=nobody_reads")
+    denied = _copy(postgres15, ["--connector", "postgres", "-o", f"dsn={dsn}", "-o", f"table={table_name}",
+                                "--output", str(tmp_path / "b")],
+                   env={**postgres15.run_env(), "PGPASSWORD": "secret-nr"})
+    assert denied.returncode == 2 and len(denied.stderr.strip().splitlines()) == 1, denied.stderr
+    assert "permission denied" in denied.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing claimed
+
+
+def test_a_column_added_between_a_kill_and_the_rerun_is_refused(postgres15: PostgresServer, table_name: str,
+                                                                tmp_path: Path) -> None:
+    make_events(postgres15, table_name, 30_000)
+    out = tmp_path / "out"
+    args = [*cli_options(postgres15, table_name, split_size_mb="0.1"), "--output", str(out), "--engine", "local",
+            "--max-splits-per-batch", "1", "--quiet"]
+    proc = subprocess.Popen([*CLI, "copy", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=postgres15.run_env(), start_new_session=True)
+    deadline = time.monotonic() + 120
+    while _polled_rows(out) == 0:
+        assert proc.poll() is None and time.monotonic() < deadline, "the copy committed nothing"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with postgres15.connect() as conn:
+        conn.execute(f"ALTER TABLE {table_name} ADD COLUMN extra int")
+    again = _copy(postgres15, args)
+    assert again.returncode != 0 and len(again.stderr.strip().splitlines()) == 1, again.stderr
+    assert "belongs to another copy" in again.stderr and "shape" in again.stderr, again.stderr
