@@ -1,0 +1,118 @@
+"""Connectors by name: entry points (the built-ins' and an installed plugin's), two claims of one name refused,
+reserved option names refused when a connector is loaded, and a copy of splits that estimate nothing batched by
+count with one warning."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from connectors.generator import GeneratorSource
+from connectors.generator._source import GeneratorSplit
+from splitsource import ConnectorNotFoundError, OptionsError, option, testing
+from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, initial_offset, next_offset, source_fingerprint
+from splitsource._planning import BatchLimit, build_source, load_connector
+from splitsource._registry import installed_connectors
+
+PLUGIN = '''
+from connectors.generator import GeneratorSource
+
+class TinySource(GeneratorSource):
+    name = "tiny"
+'''
+
+
+def _install_plugin(site: Path, dist: str, name: str, module: str) -> None:
+    """A distribution as pip leaves it on sys.path: its module and a dist-info with the entry point."""
+    (site / f"{module}.py").write_text(PLUGIN)
+    info = site / f"{dist}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[splitsource.connectors]\n{name} = {module}:TinySource\n")
+
+
+def test_the_built_ins_and_an_installed_plugin_are_found_by_name(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _install_plugin(tmp_path, "splitsource-tiny", "tiny", "tiny_plugin")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = installed_connectors()
+    assert {"generator", "cassandra", "postgres", "tiny"} <= set(found)
+    assert [(c.distribution, c.version) for c in found["tiny"]] == [("splitsource-tiny", "1.0")]
+    assert load_connector("tiny").__name__ == "TinySource"
+    assert load_connector("Generator") is GeneratorSource
+    listing = subprocess.run([sys.executable, "-m", "splitsource", "options"], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": f"{tmp_path}:{Path.cwd()}"})
+    assert listing.returncode == 0, listing.stderr
+    assert "tiny" in listing.stdout and "splitsource-tiny 1.0" in listing.stdout
+
+
+def test_two_plugins_claiming_one_name_are_refused_naming_both(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    _install_plugin(tmp_path, "first-dist", "twice", "first_mod")
+    _install_plugin(tmp_path, "second-dist", "twice", "second_mod")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConnectorNotFoundError) as caught:
+        load_connector("twice")
+    message = str(caught.value)
+    assert "first_mod:TinySource (first-dist 1.0)" in message and "second_mod:TinySource (second-dist 1.0)" in message
+    with pytest.raises(ConnectorNotFoundError, match="neither an installed connector"):
+        load_connector("nothing-by-this-name")
+
+
+@dataclass(frozen=True)
+class PathOptions:
+    path: str = option(doc="the file to read")
+
+
+class PathSource(GeneratorSource):
+    name = "pathy"
+    options_class = PathOptions  # type: ignore[assignment]
+
+
+def test_a_connector_declaring_a_reserved_name_is_refused_where_it_is_loaded() -> None:
+    with pytest.raises(OptionsError) as caught:
+        build_source({"connector": f"{__name__}:PathSource", "path": "/data/x.db"})
+    assert "declares option 'path', a reserved name" in str(caught.value)
+    assert "load(path)" in str(caught.value)
+    with pytest.raises(OptionsError, match="declares option 'path'"):
+        testing.check_all(PathSource.__new__(PathSource))
+
+
+class UnsizedSplit(GeneratorSplit):
+    @property
+    def estimated_size_bytes(self) -> int:
+        return 0
+
+
+class UnsizedSource(GeneratorSource):
+    def create_enumerator(self, context):  # type: ignore[no-untyped-def]
+        enumerator = super().create_enumerator(context)
+        generate = enumerator.generate_split
+
+        def unsized() -> UnsizedSplit | None:
+            split = generate()
+            return None if split is None else UnsizedSplit(split.index, split.start, split.end, split.row_bytes)
+
+        enumerator.generate_split = unsized  # type: ignore[method-assign]
+        return enumerator
+
+
+def test_splits_that_estimate_nothing_are_batched_by_count_with_one_warning(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("splitsource._offsets._warned_unsized", False)
+    source = UnsizedSource({"rows": "4000", "split_rows": "100"})  # 40 splits of 0 bytes each
+    fingerprint = source_fingerprint(source)
+    start = initial_offset(source, fingerprint, 1)
+    sizes = []
+    with caplog.at_level(logging.WARNING, logger="splitsource._offsets"):
+        while (end := next_offset(source, fingerprint, start, 1, BatchLimit(max_bytes=256 << 20))) is not None:
+            sizes.append(end["taken"] - start["taken"])
+            start = end
+    assert sizes == [UNSIZED_SPLITS_PER_BATCH, UNSIZED_SPLITS_PER_BATCH, 40 - 2 * UNSIZED_SPLITS_PER_BATCH]
+    assert sum("estimate 0 bytes" in r.getMessage() for r in caplog.records) == 1
