@@ -241,7 +241,8 @@ def _narrowed(source: AnySource, split: Split) -> Split:
             _check_narrowed_id(split, state, "serializers")
     finally:
         reader.close()
-    return state.to_split()
+    remaining: Split = state.to_split()
+    return remaining
 
 
 def check_wake_up_resume(source: AnySource, timeout: float = 30.0, max_splits: int = 8) -> None:
