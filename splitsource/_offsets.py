@@ -196,26 +196,13 @@ def reader_options(fingerprint: str, offset: Mapping[str, Any]) -> Mapping[str, 
     return _LIVE.reader_options((fingerprint, str(offset.get("plan")), int(offset.get("taken", -1))))
 
 
-UNSIZED_SPLITS_PER_BATCH = 16
-"""A batch limited by bytes takes at most this many splits that all estimate 0 bytes (unknown), so that a source
-whose splits give no estimate is still copied in several batches, each committed on its own."""
-_warned_unsized = False
-
-
 def _take(enumerator: SplitEnumerator[Any, Any], limit: BatchLimit) -> list[Split]:
-    global _warned_unsized
     batch: list[Split] = []
     size = 0
     while True:
         if limit.max_splits and len(batch) >= limit.max_splits:
             break
         if limit.max_bytes and batch and size >= limit.max_bytes:
-            break
-        if limit.max_bytes and size == 0 and len(batch) >= UNSIZED_SPLITS_PER_BATCH:
-            if not _warned_unsized:
-                _warned_unsized = True
-                log.warning("the connector's splits estimate 0 bytes (Split.estimated_size_bytes): batches take "
-                            "%d splits each instead of max_bytes_per_batch_mb", UNSIZED_SPLITS_PER_BATCH)
             break
         split = enumerator.next_split()
         if split is None:

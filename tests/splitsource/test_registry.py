@@ -1,10 +1,8 @@
 """Connectors by name: entry points (the built-ins' and an installed plugin's), two claims of one name refused,
-reserved option names refused when a connector is loaded, and a copy of splits that estimate nothing batched by
-count with one warning."""
+and reserved option names refused when a connector is loaded."""
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 import sys
@@ -14,10 +12,8 @@ from pathlib import Path
 import pytest
 
 from connectors.generator import GeneratorSource
-from connectors.generator._source import GeneratorSplit
 from splitsource import ConnectorNotFoundError, OptionsError, option, testing
-from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, initial_offset, next_offset, source_fingerprint
-from splitsource._planning import BatchLimit, build_source, load_connector
+from splitsource._planning import build_source, load_connector
 from splitsource._registry import installed_connectors
 
 PLUGIN = '''
@@ -82,37 +78,3 @@ def test_a_connector_declaring_a_reserved_name_is_refused_where_it_is_loaded() -
     assert "load(path)" in str(caught.value)
     with pytest.raises(OptionsError, match="declares option 'path'"):
         testing.check_all(PathSource.__new__(PathSource))
-
-
-class UnsizedSplit(GeneratorSplit):
-    @property
-    def estimated_size_bytes(self) -> int:
-        return 0
-
-
-class UnsizedSource(GeneratorSource):
-    def create_enumerator(self, context):  # type: ignore[no-untyped-def]
-        enumerator = super().create_enumerator(context)
-        generate = enumerator.generate_split
-
-        def unsized() -> UnsizedSplit | None:
-            split = generate()
-            return None if split is None else UnsizedSplit(split.index, split.start, split.end, split.row_bytes)
-
-        enumerator.generate_split = unsized  # type: ignore[method-assign]
-        return enumerator
-
-
-def test_splits_that_estimate_nothing_are_batched_by_count_with_one_warning(
-        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("splitsource._offsets._warned_unsized", False)
-    source = UnsizedSource({"rows": "4000", "split_rows": "100"})  # 40 splits of 0 bytes each
-    fingerprint = source_fingerprint(source)
-    start = initial_offset(source, fingerprint, 1)
-    sizes = []
-    with caplog.at_level(logging.WARNING, logger="splitsource._offsets"):
-        while (end := next_offset(source, fingerprint, start, 1, BatchLimit(max_bytes=256 << 20))) is not None:
-            sizes.append(end["taken"] - start["taken"])
-            start = end
-    assert sizes == [UNSIZED_SPLITS_PER_BATCH, UNSIZED_SPLITS_PER_BATCH, 40 - 2 * UNSIZED_SPLITS_PER_BATCH]
-    assert sum("estimate 0 bytes" in r.getMessage() for r in caplog.records) == 1
