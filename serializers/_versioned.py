@@ -30,6 +30,7 @@ __all__ = [
     "MAGIC",
     "MsgpackRecordSerializer",
     "SimpleVersionedSerializer",
+    "dataclass_serializer",
     "pack",
     "read_envelope",
     "unpack",
@@ -166,3 +167,35 @@ class MsgpackRecordSerializer(Generic[T]):
 
     def __repr__(self) -> str:
         return f"MsgpackRecordSerializer({self._name!r}, version={self._version})"
+
+
+def _tuples(value: Any) -> Any:
+    """msgpack's lists back to the tuples a frozen dataclass holds (so keys compare and hash as they did)."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def dataclass_serializer(
+    cls: type[T], version: int = 1, upgrades: Mapping[int, Callable[[list[Any]], list[Any]]] | None = None
+) -> MsgpackRecordSerializer[T]:
+    """The serializer of a frozen dataclass whose fields are plain values (numbers, strings, bytes, None, and
+    tuples of them): its fields in declaration order, as msgpack, named after the class. Add a field, bump
+    ``version`` and give ``upgrades[old]`` that fills it in for bytes written before::
+
+        @dataclass(frozen=True)
+        class Page:
+            start: int
+            end: int
+
+        serializer = dataclass_serializer(Page)
+        assert serializer.deserialize(1, serializer.serialize(Page(0, 10))) == Page(0, 10)
+    """
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    return MsgpackRecordSerializer(
+        cls.__name__,
+        version,
+        lambda obj: [getattr(obj, name) for name in names],
+        lambda fields: cls(*(_tuples(v) for v in fields)),
+        upgrades,
+    )

@@ -4,7 +4,9 @@ The public API comes in three tiers, each in its own place:
 
 1. **The connector author's API** (this module): the contracts to subclass (:class:`Source`, :class:`Split`,
    :class:`SplitState`, :class:`SplitEnumerator`, :class:`SplitReader`, :class:`RecordEmitter`), the helpers they
-   use (:class:`SplitQueue`, :class:`FixedEnumeratorContext`, :func:`option` and :class:`Secret`), the error tree,
+   use (:class:`SplitQueue`, :class:`FixedEnumeratorContext`, :func:`option` and :class:`Secret`), the short path
+   for sources read in key ranges (:class:`KeyRangeSource`, with :class:`ResumeState` for any split that resumes by
+   one field), the error tree,
    and :mod:`splitsource.testing`, the conformance kit. See ``docs/connector-guide.md``.
 2. **The runtime API** (:mod:`splitsource.runtime`): what drives a connector without Spark: :class:`SourceReader`,
    :class:`~splitsource.runtime.LocalRuntime`, :func:`read_local`, :class:`RetryPolicy`.
@@ -48,6 +50,7 @@ from splitsource._errors import (
     SplitSourceError,
     TransientSplitReadError,
 )
+from splitsource._keyrange import KeyRange, KeyRangePosition, KeyRangeSource, ResumeState
 from splitsource._options import REQUIRED, Secret, describe_options, option, options_table, parse_options
 from splitsource._registry import BUILTIN_CONNECTORS, resolve_connector
 from splitsource._splits import SplitQueue
@@ -69,6 +72,9 @@ __all__ = [
     "EnumeratorStateSerializer",
     "ExecutorEnvironmentError",
     "FixedEnumeratorContext",
+    "KeyRange",
+    "KeyRangePosition",
+    "KeyRangeSource",
     "LocalCopyFailed",
     "LockedError",
     "OptionsError",
@@ -78,6 +84,7 @@ __all__ = [
     "ReadEvent",
     "RecordEmitter",
     "RecordsBySplits",
+    "ResumeState",
     "Secret",
     "SinkError",
     "Source",

@@ -31,6 +31,7 @@ BUILTIN_CONNECTORS: Mapping[str, str] = {
     "generator": "connectors.generator:GeneratorSource",
     "cassandra": "connectors.cassandra:CassandraSource",
     "postgres": "connectors.postgres:PostgresSource",
+    "sqlite": "connectors.sqlite:SQLiteSource",
 }
 
 

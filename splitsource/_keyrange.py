@@ -1,0 +1,222 @@
+"""KeyRangeSource: the short path for a source whose rows are ordered by a key, cut into ranges, and resumed after
+the last key read (SQLite's rowids, a table's primary key, Cassandra's tokens all fit it).
+
+An author writes the options, ``schema``, ``boundaries`` (where the ranges end) and ``read`` (one page of a range),
+and gets the split, its state, the enumerator, the reader, the emitter, versioned serializers and every factory
+of :class:`~splitsource.Source`; ``connectors/sqlite`` is the worked example (docs/connector-guide.md)::
+
+    class Numbers(KeyRangeSource[NumbersOptions]):
+        name = "numbers"
+        options_class = NumbersOptions
+
+        def schema(self):
+            return pa.schema([("n", pa.int64())])
+
+        def boundaries(self):  # the ranges (..., 99], (99, 199], ... and an open last one; ~800 bytes each
+            return ((upto, 800) for upto in range(99, self.options.count - 1, 100))
+
+        def read(self, connection, split, limit):  # keys after split.after, up to split.upto, at most limit
+            low = -1 if split.after is None else split.after
+            high = self.options.count - 1 if split.upto is None else split.upto
+            keys = list(range(low + 1, min(high, low + limit) + 1))
+            return pa.record_batch([pa.array(keys, pa.int64())], names=["n"]), (keys[-1] if keys else None)
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+import pyarrow as pa
+
+from serializers import SimpleVersionedSerializer, dataclass_serializer
+from splitsource._api import (
+    EnumeratorState,
+    RecordEmitter,
+    RecordsBySplits,
+    Source,
+    Split,
+    SplitEnumerator,
+    SplitEnumeratorContext,
+    SplitReader,
+    SplitState,
+)
+from splitsource._options import Secret
+from splitsource._splits import SplitQueue
+
+__all__ = ["KeyRange", "KeyRangePosition", "KeyRangeSource", "ResumeState"]
+
+SplitT = TypeVar("SplitT", bound=Split)
+OptionsT = TypeVar("OptionsT")
+Page = tuple[pa.RecordBatch, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyRange(Split):
+    """The rows whose key is greater than ``after`` and at most ``upto`` (``None``: unbounded on that side), in
+    key order. Keys are plain values: integers, strings, bytes, or tuples of them (a composite key). Reading
+    narrows it by moving ``after`` to the last key read; its id stays."""
+
+    index: int
+    after: Any = None
+    upto: Any = None
+    size: int = 0
+
+    @property
+    def split_id(self) -> str:
+        return f"range-{self.index}"
+
+    @property
+    def estimated_size_bytes(self) -> int:
+        return self.size
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyRangePosition:
+    """Where a key-range plan stands: the next range's index, the upper key of the last range handed out, and
+    whether the open-ended last range was handed out."""
+
+    index: int = 0
+    after: Any = None
+    done: bool = False
+
+
+class ResumeState(SplitState[SplitT]):
+    """The state of any split that resumes by one of its fields: ``to_split()`` is the split with ``field`` set to
+    ``position``, which the record emitter moves on. A split whose last record was emitted is then one that reads
+    nothing (for a key range: nothing after its last key)."""
+
+    def __init__(self, split: SplitT, field: str) -> None:
+        self._split = split
+        self._field = field
+        self.position: Any = getattr(split, field)
+
+    @property
+    def split_id(self) -> str:
+        return self._split.split_id
+
+    def to_split(self) -> SplitT:
+        return dataclasses.replace(self._split, **{self._field: self.position})
+
+
+class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic[OptionsT]):
+    """A source read in key ranges. Implement :meth:`schema`, :meth:`boundaries` and :meth:`read`; override
+    :meth:`connect` when reading needs a connection, and ``page_rows`` for another page size."""
+
+    page_rows: ClassVar[int] = 10_000
+
+    @abc.abstractmethod
+    def boundaries(self) -> Iterable[tuple[Any, int]]:
+        """The plan, lazily: ``(upto, estimated_bytes)`` for each range, ``upto`` ascending. The ranges are
+        ``(None, upto_0]``, ``(upto_0, upto_1]``, ... and a last one after the last ``upto`` to the end (estimated as
+        the one before it). Called again when a copy resumes: ranges already handed out are skipped by key, so the
+        boundaries may differ from the first run's."""
+
+    @abc.abstractmethod
+    def read(self, connection: Any, split: KeyRange, limit: int) -> Page:
+        """One page of ``split``: at most ``limit`` rows with ``split.after < key <= split.upto``, in key order, as
+        an Arrow batch of :meth:`schema`, and the key of its last row (``None`` when there is no row). A page with
+        fewer than ``limit`` rows ends the range."""
+
+    def identity(self) -> Mapping[str, Any]:
+        """The connector's name and every option but secrets (override to leave out options that do not change
+        what is read)."""
+        return {"connector": self.name, **{field.name: str(getattr(self.options, field.name))
+                                           for field in dataclasses.fields(self.options)  # type: ignore[arg-type]
+                                           if not isinstance(getattr(self.options, field.name), Secret)}}
+
+    def connect(self) -> Any:
+        """What :meth:`read` reads through (a database connection), opened once per reader and closed with it when
+        it has ``close()``. The default: ``None``."""
+        return None
+
+    def create_enumerator(self, context: SplitEnumeratorContext) -> SplitEnumerator[KeyRange, KeyRangePosition]:
+        return _Enumerator(self, context, EnumeratorState((), KeyRangePosition()))
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext, state: EnumeratorState[KeyRange, KeyRangePosition]
+    ) -> SplitEnumerator[KeyRange, KeyRangePosition]:
+        return _Enumerator(self, context, state)
+
+    def create_split_reader(self) -> SplitReader[KeyRange, Page]:
+        return _Reader(self)
+
+    def create_record_emitter(self) -> RecordEmitter[Page, KeyRange]:
+        return _Emitter()
+
+    def create_split_state(self, split: KeyRange) -> SplitState[KeyRange]:
+        return ResumeState(split, "after")
+
+    def split_serializer(self) -> SimpleVersionedSerializer[KeyRange]:
+        return dataclass_serializer(KeyRange)
+
+    def position_serializer(self) -> SimpleVersionedSerializer[KeyRangePosition]:
+        return dataclass_serializer(KeyRangePosition)
+
+
+class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
+    def __init__(
+        self, source: KeyRangeSource[Any], context: SplitEnumeratorContext,
+        state: EnumeratorState[KeyRange, KeyRangePosition],
+    ) -> None:
+        super().__init__(context, state.pending)
+        self._source = source
+        self._at = state.position
+        self._bounds: Iterator[tuple[Any, int]] | None = None
+        self._size = 0
+
+    def generate_split(self) -> KeyRange | None:
+        at = self._at
+        if at.done:
+            return None
+        if self._bounds is None:
+            self._bounds = iter(self._source.boundaries())
+        for upto, size in self._bounds:
+            self._size = size
+            if at.after is None or upto > at.after:
+                self._at = KeyRangePosition(at.index + 1, upto)
+                return KeyRange(at.index, at.after, upto, self._size)
+        self._at = KeyRangePosition(at.index + 1, at.after, done=True)
+        return KeyRange(at.index, at.after, None, self._size)
+
+    def position(self) -> KeyRangePosition:
+        return self._at
+
+
+class _Reader(SplitReader[KeyRange, Page]):
+    def __init__(self, source: KeyRangeSource[Any]) -> None:
+        self._source = source
+        self._queue: SplitQueue[KeyRange, Any] = SplitQueue(lambda split: split.after)
+        self._connection: Any = None
+
+    def add_splits(self, splits: Sequence[KeyRange]) -> None:
+        self._queue.add(splits)
+
+    def fetch(self) -> RecordsBySplits[Page]:
+        split = self._queue.head
+        if split is None:
+            return RecordsBySplits()
+        if self._connection is None:
+            self._connection = self._source.connect()
+        limit = self._source.page_rows
+        batch, last = self._source.read(self._connection, dataclasses.replace(split, after=self._queue.position), limit)
+        batches = [(split.split_id, (batch, last))] if batch.num_rows else []
+        if batch.num_rows < limit:
+            self._queue.pop()
+            return RecordsBySplits(batches, frozenset({split.split_id}))
+        self._queue.position = last
+        return RecordsBySplits(batches)
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if hasattr(connection, "close"):
+            connection.close()
+
+
+class _Emitter(RecordEmitter[Page, KeyRange]):
+    def emit(self, raw: Page, state: SplitState[KeyRange]) -> pa.RecordBatch:
+        batch, last = raw
+        state.position = last  # type: ignore[attr-defined]
+        return batch

@@ -1,0 +1,147 @@
+"""The SQLite connector, the key-range short path's worked example: the kit, every storage class and the declared
+types exact against the values the test inserted (read back by pyarrow, DuckDB and Spark), kill storms on both
+engines ending with every row once, and one-line refusals."""
+
+from __future__ import annotations
+
+import ast
+import math
+import sqlite3
+import struct
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.sqlite import SQLiteSource
+from splitsource.testing import check_all
+from tests.splitsource.copyjob.test_copy import CLI, kill_and_rerun, run
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def make_numbers(path: Path, rows: int) -> None:
+    """``t``: ``rows`` rows keyed by an INTEGER PRIMARY KEY with gaps (3, 6, 9, ...); every tenth name NULL."""
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, score REAL)")
+        db.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                       ((3 * i, None if i % 10 == 0 else f"name {i}", i / 4) for i in range(1, rows + 1)))
+    db.close()
+
+
+def cli(path: Path, **extra: str) -> list[str]:
+    pairs = {"file": str(path), "table": "t", **extra}
+    return ["--connector", "sqlite", *[a for k, v in pairs.items() for a in ("-o", f"{k}={v}")]]
+
+
+def test_the_kit_passes_and_the_source_is_60_lines_in_3_classes(tmp_path: Path) -> None:
+    make_numbers(tmp_path / "n.db", 100_000)
+    check_all(SQLiteSource({"file": str(tmp_path / "n.db"), "table": "t", "split_rows": "30000"}))
+
+    source = (ROOT / "connectors" / "sqlite" / "__init__.py").read_text()
+    tree = ast.parse(source)
+    docs = {line for node in ast.walk(tree) if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+            and ast.get_docstring(node) for line in range(node.body[0].lineno, node.body[0].end_lineno + 1)}  # type: ignore[operator]
+    code = [line for n, line in enumerate(source.splitlines(), 1)
+            if line.strip() and not line.strip().startswith("#") and n not in docs]
+    assert len(code) <= 60, f"connectors/sqlite is {len(code)} lines of code"
+    assert sum(isinstance(node, ast.ClassDef) for node in ast.walk(tree)) <= 3
+
+
+# every storage class at its edges, and the declared types that are no storage class of their own
+BIG = 2**63 - 1
+VALUES: list[tuple[Any, ...]] = [
+    # id, i INTEGER, r REAL, s TEXT, b BLOB, d DATE, f BOOLEAN, n NUMERIC, u (no type: BLOB affinity)
+    (1, BIG, math.inf, "plain", b"", "2026-11-26", 1, "12.50", b"\x00"),
+    (2, -BIG - 1, -math.inf, "ünïcødé 中文 🎉 \u200d", b"\x00\xff" * 100, "0001-01-01", 0, 7, b"x" * 70_000),
+    (3, 0, -0.0, "", bytes(range(256)), "9999-12-31 23:59:59", None, 1e300, None),
+    (4, None, 5e-324, "nul \x00 inside", None, None, 1, None, b"last"),
+    (5, 1, float("nan"), None, b"\x01", "2026-02-29?", 0, "not a number", b""),  # SQLite stores NaN as NULL
+]
+DECLARED = "id INTEGER PRIMARY KEY, i INTEGER, r REAL, s TEXT, b BLOB, d DATE, f BOOLEAN, n NUMERIC, u"
+
+
+def _as_sqlite_keeps(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What SQLite itself returns for an inserted row, written out by hand: a REAL column stores NaN as NULL and
+    -0.0 as the integer 0 (so it reads 0.0), and a NUMERIC column keeps text that is no number as text and a
+    number as a number, which the connector reads as SQLite's own text of it."""
+    id_, i, r, s, b, d, f, n, u = row
+    real = None if isinstance(r, float) and math.isnan(r) else (0.0 if r == 0 else r)
+    number = {"12.50": "12.5", 7: "7", 1e300: "1.0e+300"}.get(n, n)
+    return id_, i, real, s, b, d, f, number, u
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return struct.pack(">d", a) == struct.pack(">d", b)  # -0.0 is not 0.0
+    return bool(a == b) and type(a) is type(b)
+
+
+def test_every_storage_class_is_exact_in_every_reader(tmp_path: Path, spark: Any) -> None:
+    path = tmp_path / "values.db"
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE t ({DECLARED})")
+        db.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", VALUES)
+    db.close()
+    truth = [_as_sqlite_keeps(row) for row in VALUES]
+    with sqlite3.connect(path) as db:  # the test's hand-written truth is SQLite's own
+        stored = list(db.execute("SELECT id, i, r, s, b, d, f, CAST(n AS TEXT), u FROM t ORDER BY id"))
+    db.close()
+    assert all(_same(g, w) for got, want in zip(stored, truth, strict=True) for g, w in zip(got, want, strict=True))
+    out = tmp_path / "out"
+    done = run(["copy", *cli(path), "--output", str(out), "--engine", "local", "--quiet"])
+    assert done.returncode == 0, done.stderr
+
+    names = ["id", "i", "r", "s", "b", "d", "f", "n", "u"]
+    arrow = pq.read_table(out).select(names).sort_by("id")
+    assert [str(t) for t in arrow.schema.types] == ["int64", "int64", "double", "string", "binary", "string",
+                                                    "int64", "string", "binary"]
+    by_arrow = list(zip(*(arrow.column(c).to_pylist() for c in names), strict=True))
+    by_duckdb = duckdb.sql(f"SELECT {', '.join(names)} FROM read_parquet('{out}/**/*.parquet') ORDER BY id").fetchall()
+    frame = spark.read.format("splitsource").option("connector", "sqlite").option("file", str(path)) \
+        .option("table", "t").load()
+    by_spark = [tuple(bytes(v) if isinstance(v, bytearray) else v for v in row)
+                for row in frame.orderBy("id").select(*names).collect()]
+    for reader, rows in (("pyarrow", by_arrow), ("duckdb", by_duckdb), ("spark", by_spark)):
+        assert len(rows) == len(truth), reader
+        for got, want in zip(rows, truth, strict=True):
+            bad = [names[k] for k, (g, w) in enumerate(zip(got, want, strict=True)) if not _same(g, w)]
+            assert not bad, f"{reader}: row {want[0]}: {bad}: {got} != {want}"
+    verified = run(["verify", *cli(path), "--output", str(out)])
+    assert verified.returncode == 0 and verified.stdout.startswith("MATCH"), verified.stdout + verified.stderr
+
+
+def test_a_value_its_column_type_cannot_hold_stops_the_copy_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, amount INTEGER)")
+        db.executemany("INSERT INTO t VALUES (?, ?)", [(1, 5), (2, "five")])  # SQLite keeps the text
+    db.close()
+    done = run(["copy", *cli(path), "--output", str(tmp_path / "out"), "--engine", "local", "--quiet"])
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "connector 'sqlite': table t" in lines[0] and "five" in lines[0], done.stderr
+
+
+def test_a_missing_file_or_table_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    make_numbers(tmp_path / "n.db", 10)
+    for options, words in (({"file": str(tmp_path / "nope.db")}, "option 'file': no such file"),
+                           ({"table": "missing"}, "no table 'missing'")):
+        done = run(["copy", *cli(tmp_path / "n.db", **options), "--output", str(tmp_path / "out"), "--quiet"])
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine,kills", [("local", 10), ("spark", 3)])
+def test_a_sigkill_storm_ends_with_every_row_once(tmp_path: Path, engine: str, kills: int) -> None:
+    make_numbers(tmp_path / "n.db", 200_000)
+    out = tmp_path / "out"
+    args = ["copy", *cli(tmp_path / "n.db", split_rows="2000"), "--output", str(out), "--engine", engine,
+            "--max-splits-per-batch", "2", "--quiet"]
+    kill_and_rerun(args, out, kills=kills, seed=13, jitter=0.3)
+    table = pq.read_table(out, columns=["id", "name"])
+    ids = table.column("id").to_pylist()
+    assert sorted(ids) == [3 * i for i in range(1, 200_001)]  # every row once
+    assert table.column("name").null_count == 20_000
