@@ -17,7 +17,7 @@ import pytest
 
 from connectors.sqlite import SQLiteSource
 from splitsource.testing import check_all
-from tests.splitsource.copyjob.test_copy import CLI, kill_and_rerun, run
+from tests.splitsource.copyjob.test_copy import kill_and_rerun, run
 
 ROOT = Path(__file__).resolve().parents[3]
 
