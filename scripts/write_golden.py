@@ -13,18 +13,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from serializers import write_envelope  # noqa: E402
+from splitsource.testing import check_golden  # noqa: E402
 from tests.golden_cases import CASES  # noqa: E402
 
 
 def main() -> int:
-    for name, (serializer, obj) in CASES.items():
-        path = ROOT / "tests" / "golden" / f"{name}-v{serializer.version}.bin"
-        if path.exists():
-            print(f"keep  {path.relative_to(ROOT)}")
-            continue
-        path.write_bytes(write_envelope(serializer, obj))
-        print(f"wrote {path.relative_to(ROOT)}")
+    for path in check_golden(ROOT / "tests" / "golden", CASES, write=True):
+        print(f"checked {path.relative_to(ROOT)}")
     return 0
 
 

@@ -80,7 +80,7 @@ class ReadRate:
 class FrameworkOptions:
     """Options the framework reads itself, for any connector; every other option is the connector's."""
 
-    connector: str = option(doc="an installed connector's name (generator, cassandra, postgres, "
+    connector: str = option(doc="an installed connector's name (generator, cassandra, postgres, sqlite, "
                                  "or a plugin's) or package.module:ClassName")
     partition_size_mb: float = option(128.0, doc="pack splits into reader tasks of about this estimated size",
                                       minimum=0.001)

@@ -16,6 +16,8 @@ between parallel readers, restores and add-backs.
 A check that could not have failed raises too (``too trivial to test``, as Beam's kit says): an empty source, a
 snapshot that came after the last batch, a reader that ended before its planned failure, a split read in one
 fetch so that ``wake_up`` interrupted nothing. Make the source larger or its batches smaller.
+
+:func:`check_golden` keeps a serializer's old bytes readable, from golden files in the author's repository.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ from splitsource._api import FixedEnumeratorContext, Source, Split
 from splitsource._planning import check_options_class
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 from splitsource.runtime._local import Checkpoint, LocalRuntime
+from splitsource.testing._golden import check_golden
 
 __all__ = [
     "LocalRuntime",
     "check_add_back",
     "check_add_back_snapshot",
     "check_all",
+    "check_golden",
     "check_parallel_read",
     "check_serializers",
     "check_snapshot_restore",
