@@ -27,7 +27,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from serializers import SerializationError, read_envelope, write_envelope
@@ -41,11 +41,13 @@ __all__ = [
     "OFFSET_VERSION",
     "PLANS_DIR",
     "PlanStore",
+    "UNSIZED_SPLITS_PER_BATCH",
     "check_offset",
     "initial_offset",
     "next_offset",
     "offset_splits",
     "source_fingerprint",
+    "unsized",
 ]
 
 log = logging.getLogger(__name__)
@@ -196,6 +198,16 @@ def reader_options(fingerprint: str, offset: Mapping[str, Any]) -> Mapping[str, 
     return _LIVE.reader_options((fingerprint, str(offset.get("plan")), int(offset.get("taken", -1))))
 
 
+UNSIZED_SPLITS_PER_BATCH = 16
+"""A batch limited by bytes takes at most this many splits that all estimate 0 bytes (unknown), so that a source
+whose splits give no estimate is still copied in several batches, each committed on its own."""
+
+
+def unsized(splits: Sequence[Split], limit: BatchLimit) -> bool:
+    """Whether ``splits``, a batch limited by bytes, was cut by count instead: none of them estimates its size."""
+    return bool(limit.max_bytes) and len(splits) > 1 and not any(s.estimated_size_bytes for s in splits)
+
+
 def _take(enumerator: SplitEnumerator[Any, Any], limit: BatchLimit) -> list[Split]:
     batch: list[Split] = []
     size = 0
@@ -203,6 +215,8 @@ def _take(enumerator: SplitEnumerator[Any, Any], limit: BatchLimit) -> list[Spli
         if limit.max_splits and len(batch) >= limit.max_splits:
             break
         if limit.max_bytes and batch and size >= limit.max_bytes:
+            break
+        if limit.max_bytes and size == 0 and len(batch) >= UNSIZED_SPLITS_PER_BATCH:
             break
         split = enumerator.next_split()
         if split is None:

@@ -39,6 +39,7 @@ from splitsource._offsets import (
     offset_splits,
     reader_options,
     source_fingerprint,
+    unsized,
     validated,
 )
 from splitsource._planning import FrameworkOptions, TaskEnvironment, batch_limit, build_source
@@ -120,6 +121,7 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
         rows = 0
         batches = 0
         stats = ReadStats()
+        unsized_batches = False
 
         def batch_progress(splits_finished: int, batch_rows: int) -> None:
             if progress is not None:
@@ -139,6 +141,7 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
             check_offset(end, fingerprint)
             total = int(end.get("total", -1))
             splits = tuple(offset_splits(source, end))
+            unsized_batches = unsized_batches or unsized(splits, limit)
             encoded = {s.split_id: write_envelope(serializer, s) for s in splits}
             extra = reader_options(fingerprint, end)  # what the live enumerator holds for its readers
             batch_task = replace(task, options={**task.options, **extra}) if extra else task
@@ -163,7 +166,7 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
                 stats.add(r.report)
     finally:
         pool.close()
-    return EngineResult(int(start["taken"]) if start else 0, total, batches, stats)
+    return EngineResult(int(start["taken"]) if start else 0, total, batches, stats, unsized_batches)
 
 
 def parse_offset(text: str, path: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from splitsource._errors import CopyError, OptionsError
 from splitsource._fs import child_uri, is_uri, redact, resolve_filesystem, sibling_uri
-from splitsource._offsets import source_fingerprint
+from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
 from splitsource._planning import build_source
 from splitsource.copyjob._claim import FINISHED_FILE, check_paths, claim, start_over, undo_unstarted
 from splitsource.copyjob._ownership import CopyLock, check_one_writer
@@ -59,6 +59,7 @@ class CopySummary:
     split_rows: dict[str, int] = field(default_factory=dict)  # rows per split committed by this run
     events: dict[str, int] = field(default_factory=dict)  # what readers met and coped with, by kind (page_shrunk)
     event_details: list[str] = field(default_factory=list)  # the first 100 of them, one line each
+    unsized: bool = False  # batches were cut by count: the connector's splits estimate no size
 
     def text(self) -> str:
         lines = [
@@ -72,6 +73,9 @@ class CopySummary:
             lines.append(f"readers: {self.retries} transient errors resumed, {self.throttled_s:.1f} s throttled"
                          f"{f'; events: {events}' if events else ''}")
             lines += [f"  {detail}" for detail in self.event_details[:10]]
+        if self.unsized:
+            lines.append(f"batches: {UNSIZED_SPLITS_PER_BATCH} splits each, since the connector's splits estimate "
+                         "no size (Split.estimated_size_bytes is 0)")
         lines += [f"output:     {self.output}", f"checkpoint: {self.checkpoint}"]
         return "\n".join(lines)
 
@@ -321,6 +325,7 @@ def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], out
                     result = engine.run(run)
                     mark_finished(checkpoint, claimed.token, committer, result)
                 splits, total, batches, stats = result.taken, result.total, result.batches, result.stats
+                unsized = result.unsized
             except BaseException:
                 undo_unstarted(output, checkpoint, claimed, committer)
                 raise
@@ -339,7 +344,7 @@ def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], out
                           rows / seconds if seconds > 0 else 0.0, resumed, redact(output), redact(checkpoint),
                           stats.retries,
                           round(stats.throttled_s, 3), dict(sorted(stats.split_rows.items())), stats.events,
-                          stats.event_details)
+                          stats.event_details, unsized)
     if progress is not None:
         progress.update(splits, max(splits, total), rows, final=True)
     committer.end_of_input(json.dumps(asdict(summary)).encode())

@@ -139,6 +139,7 @@ class EngineResult:
     total: int  # the enumerator's estimate of all splits (-1: unknown)
     batches: int  # batches committed by this run
     stats: ReadStats = field(default_factory=ReadStats)  # of the batches this run committed
+    unsized: bool = False  # batches were cut by count: the connector's splits estimate no size
 
 
 class Engine(Protocol):

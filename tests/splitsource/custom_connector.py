@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from connectors.generator import GeneratorSource
-from splitsource import RecordEmitter
+from splitsource import KeyRange, KeyRangeSource, RecordEmitter, option
 
 
 class SquaresSource(GeneratorSource):
@@ -79,3 +80,27 @@ class KeyedGenerator(GeneratorSource):
 
     def key_columns(self) -> list[str]:
         return ["id"]
+
+
+@dataclass(frozen=True)
+class UnsizedOptions:
+    rows: int = option(doc="the keys 0 to rows - 1", minimum=0)
+
+
+class UnsizedSource(KeyRangeSource[UnsizedOptions]):
+    """Keys in ranges of 100 whose splits estimate no size (the boundaries give 0 bytes)."""
+
+    name = "unsized"
+    options_class = UnsizedOptions
+
+    def schema(self) -> pa.Schema:
+        return pa.schema([("n", pa.int64())])
+
+    def boundaries(self) -> Any:
+        return ((upto, 0) for upto in range(99, self.options.rows - 1, 100))
+
+    def read(self, connection: Any, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any]:
+        start = 0 if split.after is None else split.after + 1
+        stop = self.options.rows if split.upto is None else min(split.upto + 1, self.options.rows)
+        keys = list(range(start, min(stop, start + limit)))
+        return pa.record_batch([pa.array(keys, pa.int64())], names=["n"]), (keys[-1] if keys else None)

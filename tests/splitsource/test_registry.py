@@ -78,3 +78,20 @@ def test_a_connector_declaring_a_reserved_name_is_refused_where_it_is_loaded() -
     assert "load(path)" in str(caught.value)
     with pytest.raises(OptionsError, match="declares option 'path'"):
         testing.check_all(PathSource.__new__(PathSource))
+
+
+def test_splits_that_estimate_no_size_are_batched_by_count_and_the_summary_says_so(tmp_path: Path) -> None:
+    """Left at 0, every split estimated nothing, so the whole copy was one batch and no kill could land between
+    two commits; now batches take 16 splits and the summary says why, once, on stdout (stderr stays for errors)."""
+    import re
+
+    from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH
+    from tests.fixtures import ROOT
+
+    args = [sys.executable, "-m", "splitsource", "copy", "--connector", "tests.splitsource.custom_connector:"
+            "UnsizedSource", "-o", "rows=4000", "--output", str(tmp_path / "out"), "--engine", "local", "--quiet"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    batches = int(re.search(r"in (\d+) batches", done.stdout).group(1))  # type: ignore[union-attr]
+    assert batches == -(-40 // UNSIZED_SPLITS_PER_BATCH), done.stdout  # 40 splits of 100 rows
+    assert done.stdout.count("since the connector's splits estimate no size") == 1, done.stdout
