@@ -11,6 +11,7 @@
     ├── ExecutorEnvironmentError          an executor cannot run what the driver planned (interpreter, package)
     ├── CheckpointError                   a checkpoint that is corrupt or belongs to another job
     │   ├── LockedError                   another copy is running on the output or checkpoint (.path)
+    │   │   └── LeaseLostError            this copy's lease expired and another copy took its place over
     │   └── OutputOwnedError              the output belongs to another copy (.path)
     ├── SinkError                         the bucketing sink cannot write or commit
     └── CopyError                         a copy job failed (.detail: the full text, .log_path: where it is kept)
@@ -30,6 +31,7 @@ __all__ = [
     "ConnectorNotFoundError",
     "CopyError",
     "ExecutorEnvironmentError",
+    "LeaseLostError",
     "LocalCopyFailed",
     "LockedError",
     "OptionsError",
@@ -93,6 +95,11 @@ class _PathError(CheckpointError):
 
 class LockedError(_PathError):
     """Another copy is running on the same output or checkpoint; ``path`` is the lock file."""
+
+
+class LeaseLostError(LockedError):
+    """This copy's lease on its output or checkpoint expired and another copy took it over: this one must commit
+    nothing more (the fence of :class:`~splitsource.copyjob._ownership.CopyLock`)."""
 
 
 class OutputOwnedError(_PathError):

@@ -82,6 +82,16 @@ def _pairs(values: Sequence[str], flag: str) -> dict[str, str]:
     return out
 
 
+def _lease(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 1 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds of at least 1")
+    return value
+
+
 def _rate(flag: str) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
@@ -187,6 +197,9 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--single-writer", action="store_true",
                       help="vouch that only this copy writes the output: needed on a store that cannot create a "
                            "file only where none exists (an S3 compatible without If-None-Match, HDFS)")
+    copy.add_argument("--lease-s", type=_lease, default=60.0, metavar="S",
+                      help="a running copy renews its lease on the output every S/4 seconds; a copy not heard "
+                           "from for S seconds is taken over by a re-run from any host (default: 60)")
 
     verify = sub.add_parser("verify", help="compare the committed output with the source (count and checksum)",
                             allow_abbrev=False)
@@ -223,6 +236,7 @@ def _copy(args: argparse.Namespace) -> int:
         progress=None if args.quiet else Progress(), engine=args.engine, workers=args.workers,
         overwrite=args.overwrite,
         single_writer=args.single_writer,
+        lease_s=args.lease_s,
     )
     print(summary.text())
     if args.summary_json:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from serializers import write_envelope
 from splitsource._api import Split
-from splitsource._errors import CheckpointError, CopyError
+from splitsource._errors import CheckpointError, CopyError, LeaseLostError
 from splitsource._fs import Store, child_uri, resolve_filesystem
 from splitsource._offsets import (
     PLANS_DIR,
@@ -137,6 +137,8 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
                 end = next_offset(source, fingerprint, start, parallelism, limit, plans)
                 if end is None:
                     break  # nothing left: the bounded source is done
+                if committer.fence is not None:
+                    committer.fence()  # a copy that lost its lease logs no offset
                 _write_offset(fs, root, batch_id, end)
             check_offset(end, fingerprint)
             total = int(end.get("total", -1))
@@ -148,13 +150,19 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
             try:
                 results = pool.run(Batch(batch_id, splits, encoded, batch_task, framework), batch_progress)
             except CopyError:
+                if committer.fence is not None:
+                    committer.fence()  # a task failed because a copy that took over swept its files: touch nothing
                 committer.sweep(keep=())  # no task of the batch runs any more: its files are orphans now
                 raise
             files = [f for r in results for f in r.files]
             split_rows = {k: v for r in results for k, v in r.report.split_rows.items()}
             counts = split_counts(encoded, split_rows)
-            committer.commit_batch(files, query_id=query_id, batch_id=batch_id,
-                                   before_commit=partial(write_batch, checkpoint, query_id, batch_id, counts))
+            try:
+                committer.commit_batch(files, query_id=query_id, batch_id=batch_id,
+                                       before_commit=partial(write_batch, checkpoint, query_id, batch_id, counts))
+            except LeaseLostError:
+                committer.delete_pending(files)  # its own files only: the copy that took over writes beside them
+                raise
             # the offset before this batch stays: a commit rolled back (its files removed from outside) replays
             # this batch from it
             _prune_offsets(fs, root, keep_from=batch_id - 1)

@@ -23,12 +23,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from splitsource._errors import CopyError, OptionsError
+from splitsource._errors import CopyError, LeaseLostError, OptionsError
 from splitsource._fs import child_uri, is_uri, redact, resolve_filesystem, sibling_uri
 from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
 from splitsource._planning import build_source
 from splitsource.copyjob._claim import FINISHED_FILE, check_paths, claim, start_over, undo_unstarted
-from splitsource.copyjob._ownership import CopyLock, check_one_writer
+from splitsource.copyjob._ownership import DEFAULT_LEASE_S, CopyLock, check_one_writer
 from splitsource.copyjob._protocol import CopyRun, Engine, EngineResult
 from splitsource.sink._committer import META_DIR, META_SUFFIX, BucketingGlobalCommitter
 from splitsource.sink._files import join
@@ -226,6 +226,7 @@ def copy(
     workers: int = 0,
     overwrite: bool = False,
     single_writer: bool = False,
+    lease_s: float = DEFAULT_LEASE_S,
 ) -> CopySummary:
     """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
 
@@ -240,7 +241,9 @@ def copy(
     while it runs, and refuses an output another copy owns. ``overwrite`` deletes what the output holds and the
     checkpoint's progress first, and starts afresh. On a store that cannot create a file only where none exists
     (an S3 compatible that ignores ``If-None-Match``, HDFS) the lock cannot exclude a second copy, and the copy
-    refuses to start unless ``single_writer`` vouches that only it writes there.
+    refuses to start unless ``single_writer`` vouches that only it writes there. The lock is a lease that the copy
+    renews every ``lease_s / 4`` seconds: a copy killed (or cut off) for ``lease_s`` is taken over by a re-run
+    from any host, and once taken over it commits nothing more.
 
     Raises :class:`OptionsError` for bad options, :class:`CheckpointError` for a foreign or corrupt checkpoint,
     an output owned by another copy or a running copy, and :class:`CopyError` when the job fails; none of them
@@ -254,7 +257,7 @@ def copy(
     try:
         return _copy(runner, connector, source_options, output, format, bucketer, sink_options, checkpoint,
                      max_splits_per_batch, max_rows_per_second, max_mb_per_second, progress, overwrite,
-                     single_writer, started)
+                     single_writer, lease_s, started)
     finally:
         runner.close()
 
@@ -262,7 +265,7 @@ def copy(
 def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], output: str, format: str,
           bucketer: str, sink_options: Mapping[str, str] | None, checkpoint: str | None, max_splits_per_batch: int,
           max_rows_per_second: float, max_mb_per_second: float, progress: Progress | None, overwrite: bool,
-          single_writer: bool, started: float) -> CopySummary:
+          single_writer: bool, lease_s: float, started: float) -> CopySummary:
     output = location("option 'output'", output)
     checkpoint = location("option 'checkpoint'", checkpoint or default_checkpoint(output))
     framework_raw = {"connector": connector}
@@ -309,8 +312,9 @@ def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], out
         if not checked:
             _remove_if_empty(made)
     try:
-        with CopyLock(places, command=f"splitsource copy --engine {engine.name}"):
+        with CopyLock(places, command=f"splitsource copy --engine {engine.name}", lease_s=lease_s) as lock:
             locked = True
+            committer.fence = lock.check
             if overwrite:
                 start_over(output, checkpoint, committer)
             claimed = claim(output, checkpoint, identity, committer)
@@ -326,6 +330,8 @@ def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], out
                     mark_finished(checkpoint, claimed.token, committer, result)
                 splits, total, batches, stats = result.taken, result.total, result.batches, result.stats
                 unsized = result.unsized
+            except LeaseLostError:
+                raise  # what it made is the copy's that took over now: it touches nothing more
             except BaseException:
                 undo_unstarted(output, checkpoint, claimed, committer)
                 raise

@@ -19,20 +19,22 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from splitsource._errors import CheckpointError, LockedError, OptionsError
+from splitsource._errors import CheckpointError, LeaseLostError, LockedError, OptionsError
 from splitsource._fs import Store, resolve_filesystem
 from splitsource.sink._committer import LOCK_FILE, OWNER_FILE, BucketingGlobalCommitter
 from splitsource.sink._files import join
 
-__all__ = ["CopyLock", "new_token", "read_owner", "write_owner"]
+__all__ = ["DEFAULT_LEASE_S", "CopyLock", "new_token", "read_owner", "write_owner"]
 
+DEFAULT_LEASE_S = 60.0
 
 
 def new_token() -> str:
@@ -59,19 +61,32 @@ def write_owner(records: BucketingGlobalCommitter, owner: Mapping[str, Any]) -> 
     records.fs.write(join(records.meta, OWNER_FILE), json.dumps(owner, indent=2, sort_keys=True).encode())
 
 
-# -- the lock ----------------------------------------------------------------------------------------------------
+# -- the lease ---------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Holder:
+    """A lease on a place a copy writes: who holds it, and until when unless renewed (``renewed + lease_s``, on the
+    writer's wall clock; hosts' clocks must agree to well within ``lease_s``)."""
+
     host: str
     pid: int
     started: str  # the process's start time in clock ticks since boot (/proc/<pid>/stat): tells pid reuse apart
     since: str
     command: str
+    lease: str = ""  # this holding's random id: a re-run of the same process is another holding
+    renewed: float = 0.0  # time.time() of the last renewal
+    lease_s: float = 0.0
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host} since {self.since} ({self.command})"
+
+    @property
+    def expires(self) -> float:
+        return self.renewed + self.lease_s
+
+    def renew(self) -> Holder:
+        return replace(self, renewed=time.time())
 
 
 def _process_start(pid: int) -> str | None:
@@ -82,10 +97,10 @@ def _process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command name in parentheses
 
 
-def this_holder(command: str) -> Holder:
+def this_holder(command: str, lease_s: float) -> Holder:
     pid = os.getpid()
     return Holder(socket.gethostname(), pid, _process_start(pid) or "", time.strftime("%Y-%m-%d %H:%M:%S"),
-                  command)
+                  command, uuid.uuid4().hex, time.time(), lease_s)
 
 
 def _gone(holder: Holder) -> bool:
@@ -94,6 +109,10 @@ def _gone(holder: Holder) -> bool:
         return False
     started = _process_start(holder.pid)
     return started is None or (bool(holder.started) and started != holder.started)
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
 def check_one_writer(places: list[tuple[str, str]], single_writer: bool) -> None:
@@ -121,13 +140,22 @@ def check_one_writer(places: list[tuple[str, str]], single_writer: bool) -> None
 
 
 class CopyLock:
-    """Locks for the places a copy writes (``(what, directory)`` pairs, ``what`` naming it in errors), taken in
-    order and released in reverse."""
+    """Leases on the places a copy writes (``(what, directory)`` pairs, ``what`` naming it in errors), taken in
+    order, renewed every ``lease_s / 4`` seconds by a thread while the copy runs, and released in reverse.
 
-    def __init__(self, places: list[tuple[str, str]], command: str) -> None:
+    A lease not renewed for ``lease_s`` has expired, and a copy started anywhere takes it over, saying so in one
+    line; so does a copy on the holder's own host when the holder's process is provably gone. :meth:`check` is the
+    fence: it raises :class:`LeaseLostError` once another copy holds a place, and the copy calls it before every
+    offset and commit it writes (the commit log's conditional creates arbitrate the instant between the check and
+    the write)."""
+
+    def __init__(self, places: list[tuple[str, str]], command: str, lease_s: float = DEFAULT_LEASE_S) -> None:
         self._places = places
-        self._holder = this_holder(command)
-        self._held: list[tuple[Store, str]] = []
+        self._holder = this_holder(command, lease_s)
+        self._held: list[tuple[str, Store, str]] = []
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._lost: str | None = None
 
     def __enter__(self) -> CopyLock:
         try:
@@ -136,6 +164,8 @@ class CopyLock:
         except BaseException:
             self.release()
             raise
+        self._renewer = threading.Thread(target=self._renew_until_released, name="splitsource-lease", daemon=True)
+        self._renewer.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -145,20 +175,32 @@ class CopyLock:
         fs, base = resolve_filesystem(directory)
         fs.make_dirs(base)
         path = f"{base}/{LOCK_FILE}"
-        data = json.dumps(asdict(self._holder)).encode()
         for _ in range(5):
-            if self._create(fs, path, data):
-                self._held.append((fs, path))
+            if self._create(fs, path, json.dumps(asdict(self._holder)).encode()):
+                self._held.append((what, fs, path))
                 return
             holder = self._read(fs, path)
-            if holder is _BEING_WRITTEN:
-                time.sleep(0.1)
-                continue
-            if holder is not None and not _gone(holder):
-                raise LockedError(f"{what} is in use by another copy: {holder.describe()}; wait for it "
-                                  f"to finish, or stop it (if it is gone for good, remove {path})", path=path)
-            self._break(fs, path)  # its holder is gone (killed): take over
-        raise LockedError(f"cannot lock {what}: {path} keeps changing", path=path)
+            if holder is None:
+                continue  # released just now: try again
+            if isinstance(holder, _Torn):
+                if time.time() - holder.mtime < self._holder.lease_s:
+                    raise LockedError(f"{what}: its lock {path} is unreadable: a copy is writing it now, or one was "
+                                      f"killed while writing it; if nothing renews it, it is taken over at "
+                                      f"{_clock(holder.mtime + self._holder.lease_s)} (lease_s after it was "
+                                      "written): retry then", path=path)
+                _notice(f"{what}: took over a lock left half written at {_clock(holder.mtime)} (a copy killed "
+                        "while writing it)")
+            elif _gone(holder):
+                pass  # killed on this host: take over at once
+            elif time.time() < holder.expires:
+                raise LockedError(f"{what} is in use by another copy: {holder.describe()}; its lease runs out at "
+                                  f"{_clock(holder.expires)} unless it renews it: wait for it to finish, or retry "
+                                  "after that", path=path)
+            else:
+                _notice(f"{what}: took over from {holder.describe()}, whose lease expired at "
+                        f"{_clock(holder.expires)}")
+            self._break(fs, path)
+        raise LockedError(f"cannot lock {what}: another copy keeps taking {path} at the same time", path=path)
 
     @staticmethod
     def _create(fs: Store, path: str, data: bytes) -> bool:
@@ -172,14 +214,14 @@ class CopyLock:
         raise LockedError(f"cannot create {path}: its directory keeps disappearing", path=path)
 
     @staticmethod
-    def _read(fs: Store, path: str) -> Holder | None:
+    def _read(fs: Store, path: str) -> Holder | _Torn | None:
         try:
             return Holder(**json.loads(fs.read_text(path)))
         except FileNotFoundError:
             return None
         except (ValueError, TypeError, UnicodeDecodeError):
-            # half written: by a process killed mid-write (old: its writer is gone), or being written right now
-            return _GONE if _stale_unreadable(fs, path) else _BEING_WRITTEN
+            info = fs.info(path)  # half written: being written now, or by a process killed mid-write
+            return _Torn(0.0 if info is None or info.mtime is None else info.mtime)
 
     @staticmethod
     def _break(fs: Store, path: str) -> None:
@@ -190,34 +232,58 @@ class CopyLock:
         except (FileNotFoundError, OSError):
             pass
 
+    def _renew_until_released(self) -> None:
+        interval = max(self._holder.lease_s / 4, 0.05)
+        while not self._stop.wait(interval):
+            holder = self._holder.renew()
+            for what, fs, path in list(self._held):
+                try:
+                    found = self._read(fs, path)
+                    if not (isinstance(found, Holder) and found.lease == holder.lease):
+                        self._lost = self._lost or self._loss(what, found)
+                        continue
+                    fs.write(path, json.dumps(asdict(holder)).encode())
+                except OSError:
+                    continue  # the store failed this renewal: the next one tries again
+            self._holder = holder
+
+    @staticmethod
+    def _loss(what: str, found: Holder | _Torn | None) -> str:
+        by = (found.describe() if isinstance(found, Holder) else
+              "another copy, which has finished since" if found is None else "another copy")
+        return (f"{what} was taken over by {by} after this copy's lease expired (it was paused, or cut off from "
+                "the store, for longer than lease_s); this copy stops and commits nothing more")
+
+    def check(self) -> None:
+        """The fence: raise :class:`LeaseLostError` if another copy holds any of the places now."""
+        for what, fs, path in self._held:
+            if self._lost is None:
+                found = self._read(fs, path)
+                if not (isinstance(found, Holder) and found.lease == self._holder.lease):
+                    self._lost = self._loss(what, found)
+        if self._lost is not None:
+            raise LeaseLostError(self._lost)
+
     def release(self) -> None:
+        self._stop.set()
+        if self._renewer is not None and self._renewer is not threading.current_thread():
+            self._renewer.join()
         while self._held:
-            fs, path = self._held.pop()
+            _, fs, path = self._held.pop()
             try:
-                if self._read(fs, path) == self._holder:
+                found = self._read(fs, path)
+                if isinstance(found, Holder) and found.lease == self._holder.lease:
                     fs.delete(path)
             except OSError:
                 pass
 
 
-_GONE = Holder(socket.gethostname(), -1, "", "", "")  # no process has pid -1: always gone
-_BEING_WRITTEN = Holder("", -2, "", "", "")
+@dataclass(frozen=True)
+class _Torn:
+    """A lock that does not parse, and when it was last written."""
+
+    mtime: float
 
 
-def _stale_unreadable(fs: Store, path: str) -> bool:
-    """An unreadable lock older than a few seconds, or older than this machine's last boot, was left half written
-    by a killed process or a power loss (a lock is never synced: its holder is gone after either)."""
-    info = fs.info(path)
-    if info is None or info.mtime is None:
-        return True
-    return time.time() - info.mtime > 5 or info.mtime < _boot_time()
-
-
-def _boot_time() -> float:
-    try:
-        for line in Path("/proc/stat").read_text().splitlines():
-            if line.startswith("btime "):
-                return float(line.split()[1])
-    except OSError:
-        pass
-    return 0.0
+def _notice(text: str) -> None:
+    print(f"splitsource copy: {text}", file=sys.stderr, flush=True)

@@ -223,6 +223,16 @@ def _query_name(query_id: str) -> str:
     return hashlib.sha256(query_id.encode()).hexdigest()[:32] + ".json"
 
 
+class _CommittedBefore(Exception):
+    """A stream batch's commit found the same batch of the same query committed under its number already (by a
+    writer that lost the race for it: a copy whose lease this one took over, committing in the instant between
+    its fence and its write)."""
+
+    def __init__(self, record: CommitRecord) -> None:
+        super().__init__(record.seq)
+        self.record = record
+
+
 @dataclass
 class BucketingGlobalCommitter:
     """FLIP-143 ``GlobalCommitter`` of the bucketing sink, over the commit log in ``<meta>/log``: data files
@@ -237,6 +247,8 @@ class BucketingGlobalCommitter:
     success_file: bool = False  # also an empty <base>/_SUCCESS when a bounded write completes (Hadoop's marker)
     table: TableFormat | None = None  # publish each commit into this table format (splitsource.sink._tables)
     table_catalog: str = ""  # Iceberg: the catalog's URI (empty: SQLite in the records' place)
+    fence: Callable[[], None] | None = None  # called right before each commit record is written: raises to stop a
+    # writer that may no longer commit (a copy whose lease another copy took over)
     _committer: FileCommitter = field(init=False)
 
     def __post_init__(self) -> None:
@@ -347,11 +359,17 @@ class BucketingGlobalCommitter:
         if logged is None:
             self._check_pending(record)
             self.fs.make_dirs(self._log)
+            if self.fence is not None:
+                self.fence()
             try:
                 self.fs.write(path, data, exclusive=True)  # of two writers racing for a number, one wins
             except FileExistsError:
                 logged = self.fs.read_bytes(path)
         if logged is not None and logged != data:
+            other = read_envelope(COMMIT_RECORD_SERIALIZER, logged)
+            if record.kind == other.kind == "stream" and (other.write_id, other.batch_id) == (record.write_id,
+                                                                                            record.batch_id):
+                raise _CommittedBefore(other)  # the same batch, committed by a holder this one took over from
             raise SinkError(f"commit {record.seq}: {path} exists already and logs another commit: another writer "
                             f"is committing into {self.base} at the same time; write to another path")
         self._finish(record)
@@ -402,7 +420,12 @@ class BucketingGlobalCommitter:
         record = self.combine(files, kind="stream", write_id=query_id, batch_id=batch_id)
         if before_commit is not None:
             before_commit()
-        self.commit(record)
+        try:
+            self.commit(record)
+        except _CommittedBefore as before:  # this batch's files duplicate the ones that commit published
+            self._finish(before.record)
+            self.delete_pending(files)
+            return None
         self.sweep(keep=(), owner=owner)
         return record
 

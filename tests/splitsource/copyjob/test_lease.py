@@ -1,0 +1,161 @@
+"""Retries from anywhere: a copy's lock is a lease. A re-run from another host name (a UTS namespace: a scheduler's
+retry on another worker or pod) is refused in one line naming the lease's expiry while the killed copy's lease
+runs, and takes over after it, ending exact, on a local disk and on S3, with both engines. A copy paused past its
+lease (SIGSTOP) and woken after another copy took over commits nothing, exits with one line, and leaves the output
+exact. An unreadable lock is told apart by its age. The ids are checked against the ones the generator made."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pytest
+
+from tests.fixtures import ROOT
+from tests.splitsource.copyjob.test_copy import committed_rows
+from tests.splitsource.copyjob.test_copy_misuse import one_line
+
+pytestmark = pytest.mark.slow
+
+ROWS = 40_000
+GATED = ["--connector", "tests.splitsource.gated_rows:GatedRowsSource", "-o", f"rows={ROWS}", "-o", "split_rows=4000",
+         "-o", "batch_rows=500", "-o", "fetch_delay_ms=20"]
+LEASE_S = 3.0
+
+
+def _cli(args: list[str], host: str | None = None) -> list[str]:
+    """The command, run under host name ``host`` when given: in UTS and mount namespaces of its own, with ``host``
+    in its /etc/hosts, as a pod has (Spark's JVM looks its host name up)."""
+    command = [sys.executable, "-m", "splitsource.cli", *args]
+    if host is None:
+        return command
+    return ["unshare", "--uts", "--mount", "sh", "-c",
+            f'hostname {host} && mount --bind {_hosts(host)} /etc/hosts && exec "$@"', "sh", *command]
+
+
+@functools.cache
+def _hosts(host: str) -> Path:
+    hosts = Path(tempfile.mkdtemp()) / "hosts"
+    hosts.write_text(Path("/etc/hosts").read_text() + f"\n127.0.0.1 {host}\n")
+    return hosts
+
+
+def _run(args: list[str], host: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(_cli(args, host), capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _start(args: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(_cli(args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _ids(uri: str) -> list[int]:
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return sorted(ds.dataset(path, filesystem=fs, format="parquet").to_table(columns=["id"])["id"].to_pylist())
+
+
+def _lock(out: str) -> dict[str, Any]:
+    fs, path = pafs.FileSystem.from_uri(out + ".bucketing/lock.json")
+    with fs.open_input_stream(path) as stream:
+        return json.loads(stream.read())  # type: ignore[no-any-return]
+
+
+def _until(what: str, done: Any, proc: subprocess.Popen[bytes] | None = None, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert proc is None or proc.poll() is None, f"the copy exited before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+        time.sleep(0.02)
+
+
+def _expired(out: str) -> bool:
+    held = _lock(out)
+    return bool(time.time() > held["renewed"] + held["lease_s"] + 0.2)
+
+
+@pytest.mark.parametrize("engine,store", [("local", "disk"), ("local", "s3"), ("spark", "disk")])
+def test_a_rerun_from_another_host_waits_for_the_lease_then_finishes_exact(tmp_path: Path, engine: str, store: str,
+                                                                           request: pytest.FixtureRequest) -> None:
+    out = request.getfixturevalue("s3").uri(f"lease-{engine}") if store == "s3" else str(tmp_path / "out")
+    args = ["copy", *GATED, "--output", out, "--engine", engine, "--max-splits-per-batch", "2",
+            "--lease-s", str(LEASE_S), "--quiet"]
+    first = _start(args)
+    _until("a first commit", lambda: committed_rows(out) > 0, first)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    held = _lock(out)
+    assert held["pid"] != 0 and committed_rows(out) < ROWS, "the kill landed after the copy's end"
+
+    refused = _run(args, host="other-pod")
+    expiry = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(held["renewed"] + held["lease_s"]))
+    one_line(refused, 1, "is in use by another copy", f"on {held['host']}", f"its lease runs out at {expiry}")
+
+    _until("the lease's expiry", lambda: _expired(out))
+    finished = _run(args, host="other-pod")
+    assert finished.returncode == 0, finished.stderr
+    assert f"took over from pid {held['pid']} on {held['host']}" in finished.stderr, finished.stderr
+    assert _ids(out) == list(range(ROWS))  # every row once
+
+
+@pytest.mark.parametrize("stop", ["between batches", "mid-batch, one task's files pending"])
+def test_a_zombie_woken_after_a_takeover_commits_nothing(tmp_path: Path, stop: str) -> None:
+    out, gate = str(tmp_path / "out"), tmp_path / "gate"
+    gate.mkdir()
+    # batch 2 is splits 2 and 3 (rows 8,000-15,999), one per worker; the gate holds split 3 at row 14,000 while
+    # split 2 ends: its files pending, split 3's in progress, batch 2's offset logged, its commit not made
+    gated = [*GATED, "-o", f"gate={gate}", "-o", f"gate_row={14_000 if stop.startswith('mid') else -1}"]
+    args = ["copy", *gated, "--output", out, "--engine", "local", "--workers", "2", "--max-splits-per-batch", "2",
+            "--lease-s", str(LEASE_S), "--quiet"]
+    zombie = _start(args)
+    if stop.startswith("mid"):
+        _until("the gate", lambda: (gate / "reached").exists(), zombie)
+    else:
+        _until("a first commit", lambda: committed_rows(out) > 0, zombie)
+    os.killpg(zombie.pid, signal.SIGSTOP)
+    try:
+        before = committed_rows(out)
+        assert before < ROWS
+        _until("the lease's expiry", lambda: _expired(out))
+        (gate / "release").touch()
+        taker = _run(args, host="other-pod")
+        assert taker.returncode == 0, taker.stderr
+        assert "took over from pid" in taker.stderr and "whose lease expired" in taker.stderr, taker.stderr
+        after_taker = sorted(p.name for p in (tmp_path / "out.bucketing" / "log").iterdir())
+    finally:
+        os.killpg(zombie.pid, signal.SIGCONT)
+    _, err = zombie.communicate(timeout=120)
+    woken = subprocess.CompletedProcess(zombie.args, zombie.returncode, "", err.decode())
+    one_line(woken, 1, "was taken over by another copy, which has finished since", "commits nothing more")
+    assert sorted(p.name for p in (tmp_path / "out.bucketing" / "log").iterdir()) == after_taker, \
+        "the zombie wrote to the commit log after the takeover"
+    assert _ids(out) == list(range(ROWS))  # every row once
+    leftovers = [p.name for p in Path(out).rglob("*") if p.is_file() and not p.name.startswith("part-")]
+    assert leftovers == [], f"the zombie left files in the output: {leftovers}"
+
+
+def test_an_unreadable_lock_is_judged_by_its_age(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["copy", "--connector", "generator", "-o", "rows=1000", "--output", str(out), "--engine", "local",
+            "--lease-s", str(LEASE_S), "--quiet"]
+    records = tmp_path / "out.bucketing"
+    records.mkdir()
+    (records / "lock.json").write_text('{"host": "vm", "pid"')  # a copy killed while writing its lock
+    young = _run(args, host="other-pod")
+    one_line(young, 1, "its lock", "is unreadable", "killed while writing it", "it is taken over at")
+    old = time.time() - 2 * LEASE_S
+    os.utime(records / "lock.json", (old, old))
+    taken = _run(args, host="other-pod")
+    assert taken.returncode == 0, taken.stderr
+    assert "took over a lock left half written" in taken.stderr, taken.stderr
+    assert _ids(str(out)) == list(range(1000))
