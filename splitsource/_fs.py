@@ -17,6 +17,11 @@ once (:func:`split_uri`): a query string (``?endpoint_override=...``) stays with
 path, and :func:`redact` strips credentials from every URI that is printed, logged or persisted.
 
 Every sync has a name (``SYNC_POINTS``): the crash tests remove them one at a time to show each one is needed.
+
+On an object store the idempotent reads (``info``, ``list``, ``read_bytes``: HEAD, LIST, GET) are tried again after
+a transient failure (a response cut short, a reset connection), with backoff, within ``READ_RETRY_BUDGET_S``; no
+write, create, copy or delete is ever retried here, since a retried conditional create could take what another
+writer just took.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ import errno
 import os
 import re
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 import pyarrow as pa
@@ -180,6 +187,16 @@ def redact(uri: str) -> str:
 # -- stores ----------------------------------------------------------------------------------------------------------
 
 
+READ_RETRY_BUDGET_S = 10.0  # an object store's idempotent read is retried for at most this long
+_READ_BACKOFF_S = (0.1, 0.4, 1.6, 3.2)
+T = TypeVar("T")
+
+
+def _transient(exc: OSError) -> bool:
+    """A failure a retry of an idempotent read may cure: not a missing object, a denied one or a bad path."""
+    return not isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError)
+
+
 class Store:
     """A file system and what it can do (see the module docstring); every operation of the framework on files."""
 
@@ -206,8 +223,22 @@ class Store:
 
     # -- reading -------------------------------------------------------------------------------------------------
 
+    def _read(self, operation: Callable[[], T]) -> T:
+        """``operation``, an idempotent read, tried again on an object store after a transient failure."""
+        if self.local:
+            return operation()
+        deadline = time.monotonic() + READ_RETRY_BUDGET_S
+        for wait in (*_READ_BACKOFF_S, None):
+            try:
+                return operation()
+            except OSError as exc:
+                if wait is None or not _transient(exc) or time.monotonic() + wait > deadline:
+                    raise
+                time.sleep(wait)
+        raise AssertionError("unreachable")
+
     def info(self, path: str) -> Entry | None:
-        info = self.fs.get_file_info(path)
+        info = self._read(lambda: self.fs.get_file_info(path))
         if info.type == pafs.FileType.NotFound:
             return None
         return _entry(info)
@@ -225,12 +256,16 @@ class Store:
 
     def list(self, path: str, recursive: bool = False) -> list[Entry]:
         """The entries under ``path`` (none if it does not exist)."""
-        infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=recursive, allow_not_found=True))
+        infos = self._read(lambda: self.fs.get_file_info(pafs.FileSelector(path, recursive=recursive,
+                                                                             allow_not_found=True)))
         return [_entry(i) for i in infos if i.type != pafs.FileType.NotFound]
 
     def read_bytes(self, path: str) -> bytes:
-        with self.fs.open_input_stream(path) as stream:
-            return bytes(stream.read())
+        def read() -> bytes:
+            with self.fs.open_input_stream(path) as stream:
+                return bytes(stream.read())
+
+        return self._read(read)
 
     def read_text(self, path: str) -> str:
         return self.read_bytes(path).decode("utf-8")
