@@ -10,7 +10,12 @@ from typing import Any
 import pyarrow as pa
 
 from connectors.cassandra._options import CassandraOptions
-from connectors.cassandra._session import CassandraTimeoutError, CassandraUnavailableError, RangeReplicas, connect
+from connectors.cassandra._session import (
+    CassandraTimeoutError,
+    CassandraUnavailableError,
+    RangeReplicas,
+    shared_session,
+)
 from connectors.cassandra._splits import CassandraSplit, CassandraSplitState
 from connectors.cassandra._types import ValueRangeError, exact_protocol_handler
 from splitsource import ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, SplitState
@@ -52,7 +57,7 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
 
         self._token_of = token_of
         self._options = options
-        self._cluster, self._session = connect(self._options, schema_metadata=False)
+        self._cluster, self._session = shared_session(self._options)
         self._replicas = RangeReplicas(self._cluster, self._session, options.keyspace)
         self._downs = _DownNodes(options.local_dc)
         self._cluster.register_listener(self._downs)
@@ -190,7 +195,7 @@ class CassandraSplitReader(SplitReader[CassandraSplit, _Raw]):
         self._woken.set()
 
     def close(self) -> None:
-        self._cluster.shutdown()
+        self._cluster.unregister_listener(self._downs)  # the session is the process's: it stays open
 
 
 _reported_down: set[str] = set()  # nodes this process has reported down (readers come and go; one event each)

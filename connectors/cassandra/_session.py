@@ -3,6 +3,7 @@ fails as one line."""
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import logging
 import random
@@ -24,6 +25,7 @@ __all__ = [
     "range_replicas_first",
     "check_tls_options",
     "connect",
+    "shared_session",
     "tls_context",
 ]
 
@@ -52,8 +54,33 @@ class CassandraTimeoutError(SplitSourceError):
     """A page timed out at the smallest page size (``min_fetch_size``): transient, retried by the framework."""
 
 
+_SHARED: dict[CassandraOptions, tuple[Any, Any]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_session(options: CassandraOptions) -> tuple[Any, Any]:
+    """This process's (cluster, session) for ``options``, without schema metadata: opened by the first reader that
+    asks and shared by every later one (readers come and go per task; a node that hangs then costs one connect
+    timeout per process, not one per reader), shut down when the process exits. Users must not shut it down."""
+    with _SHARED_LOCK:
+        found = _SHARED.get(options)
+        if found is None or found[0].is_shutdown:
+            if not _SHARED:
+                atexit.register(_shut_down_shared)
+            found = _SHARED[options] = connect(options, schema_metadata=False)
+        return found
+
+
+def _shut_down_shared() -> None:
+    with _SHARED_LOCK:
+        for cluster, _ in _SHARED.values():
+            cluster.shutdown()
+        _SHARED.clear()
+
+
 def connect(options: CassandraOptions, *, schema_metadata: bool = True) -> tuple[Any, Any]:
-    """A (cluster, session) pair; every failure becomes one clear :class:`CassandraConnectionError`."""
+    """A (cluster, session) pair of its own, for the caller to shut down; every failure becomes one clear
+    :class:`CassandraConnectionError`."""
     from cassandra import AuthenticationFailed
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster, NoHostAvailable, UnresolvableContactPoints

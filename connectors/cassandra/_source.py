@@ -42,6 +42,7 @@ from connectors.cassandra._session import (
     _table_metadata,
     check_tls_options,
     connect,
+    shared_session,
 )
 from connectors.cassandra._splits import (
     CASSANDRA_POSITION_SERIALIZER,
@@ -145,11 +146,7 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         return [f"{token} > {r.start} AND {token} <= {r.end}{where}" for r in self.options.token_intervals(lo, hi)]
 
     def _partitioner_bounds(self) -> tuple[int, int]:
-        cluster, _ = connect(self.options, schema_metadata=False)
-        try:
-            return _bounds(cluster)
-        finally:
-            cluster.shutdown()
+        return _bounds(shared_session(self.options)[0])
 
     def schema(self) -> pa.Schema:
         return self._metadata()[2]
@@ -253,14 +250,11 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
             break
         clauses = [f"{_quote(predicates[i].column)} {predicates[i].op.upper()} {literal[i]}" for i in taken]
         where = " AND ".join([self.options.where, *clauses] if self.options.where else clauses)
-        cluster, session = connect(self.options, schema_metadata=False)
         try:
-            _check_where(session, self._select(pk, selectors, where), where)
+            _check_where(shared_session(self.options)[1], self._select(pk, selectors, where), where)
         except OptionsError as exc:
             log.info("not pushing %s to Cassandra: %s", where, exc)
             return {}, ()
-        finally:
-            cluster.shutdown()
         return {"where": where}, taken
 
     def volatile_columns(self) -> Sequence[str]:

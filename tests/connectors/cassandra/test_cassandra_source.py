@@ -200,3 +200,35 @@ def test_unreachable_host_fails_within_the_connect_timeout(loaded: Any) -> None:
 def test_password_never_shown(loaded: Any) -> None:
     source = CassandraSource(options(loaded, username="u", password="s3cret!"))
     assert "s3cret!" not in repr(source.options)
+
+
+def test_readers_of_a_process_share_one_driver_session(loaded: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each reader opened its own session, so a hung node cost a connect timeout per reader (per Spark task);
+    now a process opens one for all its readers, and a reader's close leaves it open for the next."""
+    from connectors.cassandra import _session
+
+    opened: list[object] = []
+    connect = _session.connect
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args)
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(_session, "connect", counting)
+    monkeypatch.setattr(_session, "_SHARED", {})
+    source = CassandraSource(options(loaded, fetch_size="500", splits="6"))
+    splits = list(iter(source.create_enumerator(None).next_split, None))  # type: ignore[arg-type]
+    opened.clear()  # planning: its own sessions, with schema metadata
+    rows = 0
+    for split in splits:
+        reader = source.create_split_reader()
+        reader.add_splits([split])
+        while not (fetched := reader.fetch()).finished:
+            rows += sum(len(raw[0]) for _, raw in fetched.batches)
+        rows += sum(len(raw[0]) for _, raw in fetched.batches)
+        reader.close()
+    assert rows == ROWS
+    assert len(opened) == 1, f"{len(opened)} sessions for {len(splits)} readers"
+    cluster, _ = _session._SHARED[source.options]
+    assert not cluster.is_shutdown
+    _session._shut_down_shared()
