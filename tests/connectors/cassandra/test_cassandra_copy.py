@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.splitsource.copyjob.test_copy import finished, kill_and_rerun, run
@@ -77,6 +79,8 @@ def test_cassandra_copy_to_json_lines_killed_and_rerun_is_exact(table: Any, tmp_
             "--max-rows-per-second", "3000", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=3, seed=11)
     assert f"copy finished: {ROWS:,} rows" in stdout
+    ids = sorted(int(json.loads(line)["id"]) for path in out.rglob("*.jsonl") for line in path.read_text().splitlines())
+    assert ids == list(range(ROWS)), "not every inserted row is in the output once"
     check = run(["verify", *source_args(table), "--output", str(out)])  # first: whether the output itself is right
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
     assert sum(ledger_rows(tmp_path / "events.checkpoint", out).values()) == ROWS
@@ -144,6 +148,8 @@ def test_cassandra_local_engine_copy_killed_and_rerun_is_exact(table: Any, tmp_p
             "--max-splits-per-batch", "2", "--max-rows-per-second", "3000", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=3, seed=5, jitter=0.5)
     assert f"copy finished: {ROWS:,} rows" in stdout
+    assert sorted(pq.read_table(out, columns=["id"])["id"].to_pylist()) == list(range(ROWS)), \
+        "not every inserted row is in the output once"
     check = run(["verify", *source_args(table), "--output", str(out)])  # first: whether the output itself is right
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
     assert sum(ledger_rows(tmp_path / "events.checkpoint", out).values()) == ROWS

@@ -56,6 +56,14 @@ def _polled_rows(out: Path | str) -> int:
         return -1
 
 
+def generated_ids(out: Path) -> list[int]:
+    """The ids in the output, sorted, read by pyarrow: the generator's ids are its row numbers 0..rows-1."""
+    import pyarrow.dataset as ds
+
+    return sorted(ds.dataset(out, format="parquet", exclude_invalid_files=False).to_table(columns=["id"])["id"]
+                  .to_pylist())
+
+
 def finished(out: Path) -> dict[str, float]:
     return {str(p.relative_to(out)): p.stat().st_mtime for p in out.rglob("*")
             if p.is_file() and not any(s.startswith(("_", ".")) for s in p.relative_to(out).parts)}
@@ -70,8 +78,10 @@ def kill_and_rerun(args: list[str], out: Path | str, kills: int, seed: int, jitt
     engine's JVM) to notice by themselves; the next run waits until no process of the killed group is left. Every
     kill is
     checked to land in a running copy that has made progress, so the test cannot pass without its crashes.
-    Returns the final run's stdout after checking it read exactly what was not committed before it."""
+    Returns the final run's stdout after checking it read exactly what was not committed before it, and that every
+    kill left rows uncommitted (a kill in the copy's shutdown, after its last commit, would prove nothing)."""
     rng = random.Random(seed)
+    left_at_kill = []  # rows committed right after each kill: each must leave work for a later run
     for kill in range(kills):
         committed = committed_rows(out)
         proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -98,6 +108,7 @@ def kill_and_rerun(args: list[str], out: Path | str, kills: int, seed: int, jitt
             proc.wait()
         if proc.stderr:
             proc.stderr.close()
+        left_at_kill.append(committed_rows(out))
     before = committed_rows(out)
     final = run(args)
     assert final.returncode == 0, final.stderr[-3000:]
@@ -105,6 +116,8 @@ def kill_and_rerun(args: list[str], out: Path | str, kills: int, seed: int, jitt
     total = int(re.search(r"copy finished: ([\d,]+) rows", final.stdout).group(1).replace(",", ""))  # type: ignore[union-attr]
     assert this_run == total - before, "the re-run read committed splits again (or skipped some)"
     assert 0 < before, "the kills left nothing committed: they did not land mid-copy"
+    late = [k + 1 for k, rows in enumerate(left_at_kill) if rows >= total]
+    assert not late, f"kill(s) {late} landed after the last commit (in the copy's shutdown): they proved nothing"
     return final.stdout
 
 
@@ -127,6 +140,7 @@ def test_generator_copy_killed_many_times_ends_exact(tmp_path: Path) -> None:
     args = ["copy", *GEN, "--output", str(out), "--max-splits-per-batch", "2", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=4, seed=7)
     assert "copy finished: 60,000 rows" in stdout
+    assert generated_ids(out) == list(range(60_000)), "not every row the generator made is in the output once"
     check = run(["verify", *GEN, "--output", str(out)])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
     assert (out.with_name(out.name + ".bucketing") / "_SUCCESS").exists()

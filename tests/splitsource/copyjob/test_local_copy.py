@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.splitsource.copyjob.test_copy import CLI, committed_rows, finished, kill_and_rerun, only_data_files, run
+from tests.splitsource.copyjob.test_copy import (
+    CLI,
+    committed_rows,
+    finished,
+    generated_ids,
+    kill_and_rerun,
+    only_data_files,
+    run,
+)
 
 pytestmark = [pytest.mark.slow]
 # about 5 s a run: 120 fetches of 80 ms over 2 workers, in batches of 2 splits
@@ -29,6 +37,7 @@ def test_local_copy_killed_many_times_ends_exact_and_never_rereads(tmp_path: Pat
     args = ["copy", *GEN, *LOCAL, "--output", str(out), "--max-splits-per-batch", "2", "--quiet"]
     stdout = kill_and_rerun(args, out, kills=5, seed=3, jitter=0.5)
     assert "copy finished: 60,000 rows" in stdout
+    assert generated_ids(out) == list(range(60_000)), "not every row the generator made is in the output once"
     assert 0 < rows_this_run(stdout) < 60_000, "the kills should have left part of the copy to the last run"
     check = run(["verify", *GEN, "--output", str(out)])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
