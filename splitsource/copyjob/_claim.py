@@ -13,6 +13,7 @@ from typing import Any
 
 from splitsource._errors import CheckpointError, OptionsError, OutputOwnedError
 from splitsource._fs import is_temporary, redact, resolve_filesystem
+from splitsource.copyjob._failures import ERROR_LOG
 from splitsource.copyjob._ownership import new_token, read_owner, write_owner
 from splitsource.sink._committer import LOCK_FILE, BucketingGlobalCommitter
 from splitsource.sink._files import PartNames, join
@@ -20,7 +21,7 @@ from splitsource.sink._files import PartNames, join
 __all__ = ["Claim", "IDENTITY_FILE", "check_paths", "claim", "start_over", "undo_unstarted"]
 
 IDENTITY_FILE = "splitsource-copy.json"
-ERROR_LOG = "splitsource-copy-error.log"
+
 FINISHED_FILE = "finished.json"  # the copy read its whole source (splitsource.copyjob._job)
 START_OVER = "option 'overwrite'"
 # what the engines' checkpoints hold; offsets and commits: the Spark engine of earlier releases (a streaming query)

@@ -16,14 +16,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from splitsource._errors import CopyError, LeaseLostError, OptionsError
+from splitsource._errors import LeaseLostError, OptionsError
 from splitsource._fs import child_uri, is_uri, redact, resolve_filesystem, sibling_uri
 from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
 from splitsource._planning import build_source
@@ -34,7 +33,7 @@ from splitsource.sink._committer import META_DIR, META_SUFFIX, BucketingGlobalCo
 from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
-__all__ = ["CopySummary", "Progress", "committed_rows", "copy", "failure", "root_cause"]
+__all__ = ["CopySummary", "Progress", "committed_rows", "copy"]
 
 SINK_DESCRIPTION = "copy.json"  # in the output's records: how verify reads the output back
 
@@ -126,36 +125,6 @@ class Progress:
 def _clock(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
-_EXCEPTION_LINE = re.compile(
-    r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Invalid|Timeout|Unavailable)\w*): (.+)$")
-
-
-def root_cause(exc: BaseException) -> str:
-    """The line a user needs from a Spark exception: our own error's message if there is one, else the last
-    Python exception of a worker's traceback (``ArrowInvalid: ...``), else the first line."""
-    text = str(exc)
-    lines = [line.strip() for line in text.splitlines()]
-    for stripped in reversed(lines):
-        for marker in ("Error: ", "Exception: "):
-            head, _, message = stripped.partition(marker)
-            if message and head.split(".")[0] in ("splitsource", "connectors", "serializers", "cassandra"):
-                return message
-    if "Traceback (most recent call last)" in text:
-        for stripped in reversed(lines):
-            match = _EXCEPTION_LINE.match(stripped)
-            if match:
-                return _clip(f"{match.group(1)}: {match.group(2)}")
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return _clip(first)
-
-
-def _clip(text: str, limit: int = 1000) -> str:
-    """One line of at most ``limit`` characters, cut between words (the whole text is in the error log)."""
-    if len(text) <= limit:
-        return text
-    return text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def default_checkpoint(output: str) -> str:
@@ -381,17 +350,6 @@ def finished_before(checkpoint: str, token: str, committer: BucketingGlobalCommi
         return EngineResult(int(marker["taken"]), int(marker["total"]), 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no marker (or an unreadable one): the engine decides
-
-
-def failure(cause: str, full: str, checkpoint: str) -> CopyError:
-    """The one-line error; the full text (worker, JVM and Python stacks) goes to a log file in the checkpoint."""
-    try:
-        fs, base = resolve_filesystem(checkpoint)
-        fs.write(f"{base}/splitsource-copy-error.log", full.encode("utf-8", "replace"), durable=False)
-    except OSError:
-        return CopyError(cause, detail=full)
-    path = redact(child_uri(checkpoint, "splitsource-copy-error.log"))
-    return CopyError(f"{cause} (details: {path})", detail=full, log_path=path)
 
 
 def _records_uri(output: str, sink: BucketingSinkOptions, committer: BucketingGlobalCommitter) -> str:

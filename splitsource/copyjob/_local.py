@@ -22,7 +22,7 @@ from splitsource._errors import LocalCopyFailed, OptionsError
 from splitsource._fs import is_uri, resolve_filesystem
 from splitsource._planning import concurrent_readers
 from splitsource.copyjob._coordinator import Batch, run_batches
-from splitsource.copyjob._job import failure
+from splitsource.copyjob._failures import failure
 from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome, copy_writer_id
 
 __all__ = ["LOCAL_DIR", "LocalEngine"]

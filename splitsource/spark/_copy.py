@@ -41,7 +41,7 @@ from splitsource._fs import child_uri, resolve_filesystem
 from splitsource._offsets import START_OVER
 from splitsource._planning import concurrent_readers, pack_for
 from splitsource.copyjob._coordinator import Batch, OffsetLookup, parse_offset, run_batches
-from splitsource.copyjob._job import failure, root_cause
+from splitsource.copyjob._failures import failure, root_cause
 from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome, TaskSpec, copy_writer_id
 from splitsource.copyjob._signals import deferred
 

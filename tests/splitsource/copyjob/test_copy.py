@@ -287,7 +287,7 @@ def test_a_spark_copy_s_tasks_fill_every_core_of_each_wave(tmp_path: Path, spark
 
 
 def test_root_cause_is_the_line_a_user_needs() -> None:
-    from splitsource.copyjob._job import root_cause
+    from splitsource.copyjob._failures import root_cause
 
     ours = "[STREAM_FAILED] Query terminated\nTraceback (most recent call last):\n  File \"x.py\", line 1\n" \
            "connectors.cassandra._errors.CassandraConnectionError: cannot reach Cassandra at 10.0.0.1:9042\n"

@@ -177,7 +177,7 @@ def test_ordinary_mistakes_are_one_line(tmp_path: Path, case: str) -> None:
 
 
 def test_a_long_worker_error_is_cut_between_words_not_mid_word() -> None:
-    from splitsource.copyjob._job import root_cause
+    from splitsource.copyjob._failures import root_cause
 
     text = "Traceback (most recent call last):\n  File x\nValueError: " + " ".join(f"word{i}" for i in range(400))
     line = root_cause(RuntimeError(text))
