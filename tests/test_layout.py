@@ -117,7 +117,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_module_graph_has_no_cycle() -> None:
     graph = _graph()
     assert len(graph) > 40, "the walk found too few modules: it is not reading the project"
-    assert "splitsource.copyjob._job" in graph["splitsource.copyjob._local"], "the walk misses imports"
+    assert "splitsource.copyjob._failures" in graph["splitsource.copyjob._local"], "the walk misses imports"
+    assert not any("splitsource.copyjob._job" in graph[engine] for engine in ("splitsource.copyjob._local",
+                                                                             "splitsource.spark._copy")), \
+        "an engine imports from the job module"
     assert _cycles(graph) == []
 
 
