@@ -63,7 +63,8 @@ def copy_writer_id(token: str) -> str:
 
 @dataclass(frozen=True)
 class CopyRun:
-    """What the copy job hands an engine once it owns the output: everything but who runs the tasks."""
+    """What the copy job hands an engine once it owns the output: the source, its options and the sink's, the
+    committer (fenced by the copy's lease), the checkpoint, the copy's token, and where progress goes."""
 
     source: Source[Any, Any, Any, Any]
     read_options: Mapping[str, str]  # the connector's options and the framework's

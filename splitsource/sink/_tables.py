@@ -46,7 +46,7 @@ from splitsource.sink._bucketers import decode_values
 from splitsource.sink._files import PartNames, PendingFile, join
 
 
-class CommitRecord(Protocol):
+class CommitView(Protocol):
     """What a table commit reads of the sink's commit record (:class:`splitsource.sink.CommitRecord`)."""
 
     @property
@@ -63,7 +63,7 @@ class CommitRecord(Protocol):
     def rows(self) -> int: ...
 
 
-class BucketingGlobalCommitter(Protocol):
+class CommitterView(Protocol):
     """What a table format reads of the sink's committer (:class:`splitsource.sink.BucketingGlobalCommitter`,
     which imports this module)."""
 
@@ -161,25 +161,25 @@ class TableFormat(ABC):
                                 "partition by another column")
 
     @abstractmethod
-    def open(self, committer: BucketingGlobalCommitter) -> Any:
+    def open(self, committer: CommitterView) -> Any:
         """The table as its Python library opens it (None: no table yet)."""
 
     @abstractmethod
-    def published(self, committer: BucketingGlobalCommitter, log_id: str) -> int:
+    def published(self, committer: CommitterView, log_id: str) -> int:
         """The highest commit number of log ``log_id`` the table holds (-1: none, or no table yet)."""
 
     @abstractmethod
-    def publish(self, committer: BucketingGlobalCommitter, log_id: str, record: CommitRecord,
+    def publish(self, committer: CommitterView, log_id: str, record: CommitView,
                 schema: pa.Schema | None) -> None:
         """Make one table commit adding ``record``'s finished files (an overwrite replaces the table's rows),
         tagged ``(log_id, record.seq)``. ``schema``: the files' schema (None: the record has no file)."""
 
     @abstractmethod
-    def data_files(self, committer: BucketingGlobalCommitter) -> list[str]:
+    def data_files(self, committer: CommitterView) -> list[str]:
         """The files of the table's current version, relative to the output (empty: no table yet)."""
 
     @abstractmethod
-    def history(self, committer: BucketingGlobalCommitter) -> list[TableCommit]:
+    def history(self, committer: CommitterView) -> list[TableCommit]:
         """Every commit of the table, oldest first."""
 
 
@@ -202,7 +202,7 @@ class Location:
         return _relative(uri, base if self.s3 else os.path.abspath(base))
 
 
-def location(committer: BucketingGlobalCommitter) -> Location:
+def location(committer: CommitterView) -> Location:
     if committer.fs.local:
         return Location(os.path.abspath(committer.base), {})
     if committer.fs.fs.type_name != "s3":
@@ -235,7 +235,7 @@ def _partition_schema(carried: bytes) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(carried)))
 
 
-def _file_schema(committer: BucketingGlobalCommitter, record: CommitRecord) -> pa.Schema | None:
+def _file_schema(committer: CommitterView, record: CommitView) -> pa.Schema | None:
     """The table's schema as the record's files carry it: their columns, then the partition columns."""
     if not record.files:
         return None
@@ -255,7 +255,7 @@ def partition_columns(schema: pa.Schema | None) -> list[str]:
     return list(_partition_schema(carried).names) if carried else []
 
 
-def _tags(record: CommitRecord, log_id: str) -> dict[str, str]:
+def _tags(record: CommitView, log_id: str) -> dict[str, str]:
     return {f"{TAG}.log": log_id, f"{TAG}.seq": str(record.seq), f"{TAG}.write-id": record.write_id,
             f"{TAG}.batch-id": str(record.batch_id), f"{TAG}.rows": str(record.rows)}
 
@@ -273,7 +273,7 @@ class DeltaFormat(TableFormat):
     def _app(log_id: str) -> str:
         return f"{TAG}-{log_id}"
 
-    def open(self, committer: BucketingGlobalCommitter) -> Any:
+    def open(self, committer: CommitterView) -> Any:
         return self._table(committer)
 
     @staticmethod
@@ -291,7 +291,7 @@ class DeltaFormat(TableFormat):
             options["AWS_ALLOW_HTTP"] = "true"
         return options
 
-    def _table(self, committer: BucketingGlobalCommitter) -> Any:
+    def _table(self, committer: CommitterView) -> Any:
         from deltalake import DeltaTable
 
         where = location(committer)
@@ -300,14 +300,14 @@ class DeltaFormat(TableFormat):
             return None
         return DeltaTable(where.uri, storage_options=options)
 
-    def published(self, committer: BucketingGlobalCommitter, log_id: str) -> int:
+    def published(self, committer: CommitterView, log_id: str) -> int:
         table = self._table(committer)
         if table is None:
             return -1
         version = table.transaction_version(self._app(log_id))
         return -1 if version is None else int(version)
 
-    def publish(self, committer: BucketingGlobalCommitter, log_id: str, record: CommitRecord,
+    def publish(self, committer: CommitterView, log_id: str, record: CommitView,
                 schema: pa.Schema | None) -> None:
         from deltalake import CommitProperties, Transaction
         from deltalake.schema import Schema as DeltaSchema
@@ -343,14 +343,14 @@ class DeltaFormat(TableFormat):
         table.create_write_transaction(actions, mode, table_schema, partition_by=partitions or None,
                                        commit_properties=properties)
 
-    def data_files(self, committer: BucketingGlobalCommitter) -> list[str]:
+    def data_files(self, committer: CommitterView) -> list[str]:
         table = self._table(committer)
         if table is None:
             return []
         where = location(committer)
         return sorted(where.relative(uri, committer.base) for uri in table.file_uris())
 
-    def history(self, committer: BucketingGlobalCommitter) -> list[TableCommit]:
+    def history(self, committer: CommitterView) -> list[TableCommit]:
         table = self._table(committer)
         if table is None:
             return []
@@ -391,7 +391,7 @@ class IcebergFormat(TableFormat):
                  "secret_key": "s3.secret-access-key", "session_token": "s3.session-token"}
         return {names[k]: v for k, v in where.s3.items()}
 
-    def catalog(self, committer: BucketingGlobalCommitter) -> Any:
+    def catalog(self, committer: CommitterView) -> Any:
         where = location(committer)
         uri = committer.table_catalog or f"sqlite:///{os.path.abspath(join(committer.meta, 'iceberg.db'))}"
         if uri.startswith("sqlite:///"):
@@ -402,14 +402,14 @@ class IcebergFormat(TableFormat):
 
         return RestCatalog(TAG, uri=uri, **self._io(where))
 
-    def identifier(self, committer: BucketingGlobalCommitter) -> tuple[str, str]:
+    def identifier(self, committer: CommitterView) -> tuple[str, str]:
         name = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(committer.base.rstrip("/"))) or "output"
         return (self.NAMESPACE, name)
 
-    def open(self, committer: BucketingGlobalCommitter) -> Any:
+    def open(self, committer: CommitterView) -> Any:
         return self.table(committer)
 
-    def table(self, committer: BucketingGlobalCommitter) -> Any:
+    def table(self, committer: CommitterView) -> Any:
         """The output's table as pyiceberg loads it (None: no table yet): ``polars.scan_iceberg(table)``."""
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
@@ -424,11 +424,11 @@ class IcebergFormat(TableFormat):
     def _key(log_id: str) -> str:
         return f"{TAG}.{log_id}.seq"
 
-    def published(self, committer: BucketingGlobalCommitter, log_id: str) -> int:
+    def published(self, committer: CommitterView, log_id: str) -> int:
         table = self.table(committer)
         return -1 if table is None else int(table.properties.get(self._key(log_id), -1))
 
-    def publish(self, committer: BucketingGlobalCommitter, log_id: str, record: CommitRecord,
+    def publish(self, committer: CommitterView, log_id: str, record: CommitView,
                 schema: pa.Schema | None) -> None:
         table = self.table(committer)
         partitions = partition_columns(schema)
@@ -461,7 +461,7 @@ class IcebergFormat(TableFormat):
                 tx.add_files(paths, snapshot_properties=_tags(record, log_id), check_duplicate_files=False)
             tx.set_properties({self._key(log_id): str(record.seq)})
 
-    def _partition(self, committer: BucketingGlobalCommitter, table: Any, partitions: Sequence[str]) -> Any:
+    def _partition(self, committer: CommitterView, table: Any, partitions: Sequence[str]) -> Any:
         """The table partitioned by identity on ``partitions``: a table made just now (no snapshot yet) gets its
         spec; a table partitioned otherwise is refused."""
         spec = table.spec()
@@ -476,14 +476,14 @@ class IcebergFormat(TableFormat):
                 update.add_identity(name)
         return table
 
-    def data_files(self, committer: BucketingGlobalCommitter) -> list[str]:
+    def data_files(self, committer: CommitterView) -> list[str]:
         table = self.table(committer)
         if table is None or table.current_snapshot() is None:
             return []
         where = location(committer)
         return sorted(where.relative(task.file.file_path, committer.base) for task in table.scan().plan_files())
 
-    def history(self, committer: BucketingGlobalCommitter) -> list[TableCommit]:
+    def history(self, committer: CommitterView) -> list[TableCommit]:
         table = self.table(committer)
         if table is None:
             return []
@@ -553,7 +553,7 @@ def table_format(name: str) -> TableFormat | None:
                            f"{', '.join(TABLE_FORMATS)}") from None
 
 
-def log_id(committer: BucketingGlobalCommitter, fmt: TableFormat) -> str:
+def log_id(committer: CommitterView, fmt: TableFormat) -> str:
     """The id this output's records tag table commits with, made once (``<meta>/table.json``); records of another
     table format are refused."""
     path = join(committer.meta, TABLE_RECORD)
@@ -578,7 +578,7 @@ def log_id(committer: BucketingGlobalCommitter, fmt: TableFormat) -> str:
     return str(found["log"])
 
 
-def publish(committer: BucketingGlobalCommitter, record: CommitRecord) -> bool:
+def publish(committer: CommitterView, record: CommitView) -> bool:
     """Publish ``record`` into the output's table unless the table holds its tag already; returns whether a
     commit was made."""
     fmt = committer.table
