@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.connectors.postgres.conftest import cli_options, expected_events, make_events
-from tests.fixtures import PostgresServer
+from tests.fixtures import ROOT, PostgresServer
 from tests.splitsource.copyjob.test_copy import CLI, _polled_rows, kill_and_rerun
 
 pytestmark = pytest.mark.slow
@@ -177,3 +179,33 @@ def test_a_column_added_between_a_kill_and_the_rerun_is_refused(postgres15: Post
     again = _copy(postgres15, args)
     assert again.returncode != 0 and len(again.stderr.strip().splitlines()) == 1, again.stderr
     assert "belongs to another copy" in again.stderr and "shape" in again.stderr, again.stderr
+
+
+def test_a_server_restarted_mid_copy_is_waited_for_and_the_copy_ends_exact(postgres15: PostgresServer,
+                                                                           table_name: str, tmp_path: Path) -> None:
+    """``pg_ctl restart -m immediate`` (a crash and recovery) while the copy runs: a reader reading at that instant
+    retries, and its snapshot is gone with the server, so the readers go on at a new one, in their key ranges
+    after the last key read; every row once."""
+    make_events(postgres15, table_name, 40_000)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([*CLI, "copy", *cli_options(postgres15, table_name, split_size_mb="0.2",
+                                                          page_rows="200", split_by="key"),
+                             "--output", str(out), "--engine", "local", "--workers", "2", "--max-splits-per-batch",
+                             "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=postgres15.run_env())
+    deadline = time.monotonic() + 120
+    while _polled_rows(out) <= 0:
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, "no commit within 120 s"
+        time.sleep(0.02)
+    restarted = subprocess.run([sys.executable, "scripts/postgres.py", "restart", "--immediate", "--dir",
+                                str(postgres15.root)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert restarted.returncode == 0, restarted.stderr
+    assert proc.poll() is None, "the copy ended before the restart: the test proves nothing"
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    resumed = re.search(r"readers: (\d+) transient errors resumed", stdout)
+    lost = re.search(r"snapshot_lost (\d+)", stdout)
+    # a reader reading at the instant retries (a transient error), one starting after it finds the snapshot gone
+    assert resumed and (int(resumed.group(1)) > 0 or lost), f"no reader met the restart: {stdout}"
+    assert sorted(r[0] for r in _rows(out, "id")) == list(range(1, 40_001))
