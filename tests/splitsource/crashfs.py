@@ -9,16 +9,22 @@ operation, builds the states a power loss could leave there:
 
 - directory entries: as they are now, or as of each directory's last sync (unsynced creations, renames and
   unlinks undone, directory by directory: a rename between two directories can lose the file or keep both names);
-- file data: as written, as of the file's last sync (never synced: empty), or torn (the synced part and half of
+- file data: as written, as of the file's last sync (never synced: empty), or torn (the synced part and some of
   what came after).
 
-A SIGKILL is the state with everything kept. States are deduplicated by content.
+Those choices are made for the whole tree at once (six uniform variants: everything as written, everything as of
+its last sync, everything torn at half), and, as ALICE and CrashMonkey explore reorderings, independently per
+directory and per file: ``MIXED_PER_POINT`` sampled states after every operation, each directory keeping or losing
+its unsynced entries and each file kept, lost or torn at a random point (a quarter, a half, three quarters, or any
+byte) by a seeded draw, so one unsynced change survives while another is lost. A SIGKILL is the state with
+everything kept. States are deduplicated by content.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -138,13 +144,15 @@ class _Model:
         self.inodes[number] = inode
         return number
 
-    def state(self, dirs: str, data: str) -> dict[str, bytes | None]:
-        """Path -> bytes (None for a directory) under one crash choice (see the module docstring)."""
+    def state(self, dirs: str, data: str, rng: random.Random | None = None) -> dict[str, bytes | None]:
+        """Path -> bytes (None for a directory) under one crash choice (see the module docstring); with ``rng``,
+        ``dirs`` and ``data`` are drawn for each directory and each file instead."""
         out: dict[str, bytes | None] = {}
 
         def visit(number: int, prefix: str, seen: frozenset[int]) -> None:
             node = self.inodes[number]
-            entries = node.entries if dirs == "current" else node.synced_entries
+            kept = dirs if rng is None else rng.choice(("current", "synced"))
+            entries = node.entries if kept == "current" else node.synced_entries
             for name, child in sorted(entries.items()):
                 inode = self.inodes[child]
                 path = f"{prefix}{name}"
@@ -153,24 +161,28 @@ class _Model:
                         continue
                     out[path] = None
                     visit(child, path + "/", seen | {child})
-                else:
+                elif rng is None:
                     out[path] = _file_bytes(inode, data)
+                else:
+                    out[path] = _file_bytes(inode, rng.choice(("current", "synced", "torn")),
+                                            rng.choice((0.25, 0.5, 0.75, rng.random())))
 
         visit(0, "", frozenset({0}))
         return out
 
 
-def _file_bytes(inode: _Inode, data: str) -> bytes:
+def _file_bytes(inode: _Inode, data: str, torn_at: float = 0.5) -> bytes:
     synced = inode.synced or b""
     if data == "current":
         return inode.data
     if data == "synced":
         return synced
-    if inode.data.startswith(synced):  # torn: the synced part and half of what came after it
-        return inode.data[: len(synced) + (len(inode.data) - len(synced)) // 2]
-    return inode.data[: len(inode.data) // 2]
+    if inode.data.startswith(synced):  # torn: the synced part and some of what came after it
+        return inode.data[: len(synced) + int((len(inode.data) - len(synced)) * torn_at)]
+    return inode.data[: int(len(inode.data) * torn_at)]
 
 
+MIXED_PER_POINT = 2  # sampled states with independent choices per directory and file, after every operation
 VARIANTS = [("current", "current"), ("current", "synced"), ("current", "torn"), ("synced", "current"),
             ("synced", "synced"), ("synced", "torn")]
 
@@ -204,8 +216,9 @@ class CrashState:
             os.utime(root / path, (old, old))
 
 
-def crash_states(ops: list[tuple[Any, ...]]) -> Iterator[CrashState]:
-    """Every distinct state a crash could leave, at every point of ``ops`` (the recorded operations)."""
+def crash_states(ops: list[tuple[Any, ...]], mixed: int = MIXED_PER_POINT) -> Iterator[CrashState]:
+    """Every distinct state a crash could leave, at every point of ``ops`` (the recorded operations): the uniform
+    variants and ``mixed`` sampled ones per point (seeded: the same states every run)."""
     model = _Model()
     seen: set[str] = set()
     marks: frozenset[str] = frozenset()
@@ -216,8 +229,10 @@ def crash_states(ops: list[tuple[Any, ...]]) -> Iterator[CrashState]:
             if op[0] == "mark":
                 marks = marks | {op[1]}
                 continue
-        for variant in VARIANTS:
-            files = model.state(*variant)
+        rng = random.Random(point)
+        choices = [(variant, model.state(*variant)) for variant in VARIANTS]
+        choices += [(("mixed", f"draw {k}"), model.state("", "", rng)) for k in range(mixed)]
+        for variant, files in choices:
             key = hashlib.sha256(repr((sorted(marks), sorted(files.items()))).encode()).hexdigest()
             if key in seen:
                 continue
