@@ -216,9 +216,21 @@ class CrashState:
             os.utime(root / path, (old, old))
 
 
-def crash_states(ops: list[tuple[Any, ...]], mixed: int = MIXED_PER_POINT) -> Iterator[CrashState]:
-    """Every distinct state a crash could leave, at every point of ``ops`` (the recorded operations): the uniform
-    variants and ``mixed`` sampled ones per point (seeded: the same states every run)."""
+def base_ops(files: dict[str, bytes | None]) -> list[tuple[Any, ...]]:
+    """Operations that make ``files`` (a crash state) exist, every byte and entry synced: what a disk holds after
+    the reboot, before the next run recovers it."""
+    ops: list[tuple[Any, ...]] = []
+    for path, data in sorted(files.items()):
+        ops += [("mkdir", path)] if data is None else [("write", path, data), ("sync", path)]
+    ops += [("syncdir", path) for path, data in sorted(files.items()) if data is None] + [("syncdir", "")]
+    return ops
+
+
+def crash_states(ops: list[tuple[Any, ...]], mixed: int = MIXED_PER_POINT, start: int = 0,
+                 variants: list[tuple[str, str]] = VARIANTS) -> Iterator[CrashState]:
+    """Every distinct state a crash could leave, at every point of ``ops`` (the recorded operations) from
+    ``start`` on: the uniform ``variants`` and ``mixed`` sampled ones per point (seeded: the same states every
+    run)."""
     model = _Model()
     seen: set[str] = set()
     marks: frozenset[str] = frozenset()
@@ -229,8 +241,10 @@ def crash_states(ops: list[tuple[Any, ...]], mixed: int = MIXED_PER_POINT) -> It
             if op[0] == "mark":
                 marks = marks | {op[1]}
                 continue
+        if point < start:
+            continue
         rng = random.Random(point)
-        choices = [(variant, model.state(*variant)) for variant in VARIANTS]
+        choices = [(variant, model.state(*variant)) for variant in variants]
         choices += [(("mixed", f"draw {k}"), model.state("", "", rng)) for k in range(mixed)]
         for variant, files in choices:
             key = hashlib.sha256(repr((sorted(marks), sorted(files.items()))).encode()).hexdigest()

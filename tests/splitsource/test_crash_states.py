@@ -35,9 +35,10 @@ def _record(scenario: str, root: Path, skipped: tuple[str, ...] = ()) -> list[tu
     return ops
 
 
-def _check(scenario: str, state: CrashState, root: Path) -> str:
+def _check(scenario: str, state: CrashState, root: Path, next_write: int = sc.WRITES) -> str:
     """Run what follows the crash in ``state`` (built under ``root``); "exact" or "refused: <line>", or an
-    AssertionError saying what is wrong."""
+    AssertionError saying what is wrong. ``next_write``: the batch write that recovers a sink-batch output (after a
+    crash during an earlier recovery, a write of its own: an append run twice appends twice)."""
     out = root / "out"
     written = sorted(int(m[5:]) for m in state.marks if m.startswith("write"))
     before = sc.read_ids(out)
@@ -62,7 +63,7 @@ def _check(scenario: str, state: CrashState, root: Path) -> str:
         assert sc.write_ids(write) <= set(before), f"write {write} had reported success and lost rows"
     try:
         if scenario == "sink-batch":
-            sc.sink_append(root, sc.WRITES)  # the next write recovers the output, and is not stuck
+            sc.sink_append(root, next_write)  # the next write recovers the output, and is not stuck
         else:
             for batch in range(sc.WRITES):  # the restarted query replays every batch
                 sc.stream_batch(root, batch)
@@ -73,10 +74,10 @@ def _check(scenario: str, state: CrashState, root: Path) -> str:
     assert len(ids) == len(set(ids)), "rows were committed twice"
     present = set(ids)
     if scenario == "sink-batch":
-        for write in range(sc.WRITES):
+        for write in range(next_write):
             rows = sc.write_ids(write)
             assert rows <= present or not rows & present, f"write {write} is half committed"
-        assert sc.write_ids(sc.WRITES) <= present, "the write after the crash is missing"
+        assert sc.write_ids(next_write) <= present, "the write after the crash is missing"
     else:
         assert present == set().union(*(sc.write_ids(b) for b in range(sc.WRITES))), "the stream is not exact"
     return "exact"
@@ -147,3 +148,78 @@ def test_each_sync_is_needed(point: str, tmp_path: Path, capsys: pytest.CaptureF
     with capsys.disabled():
         print(f"\nwithout the sync {point!r}: {found[0] if found else 'no state went wrong'}")
     assert found, f"no crash state goes wrong without the sync {point!r}"
+
+
+RECOVERIES = ("copy-local", "sink-batch", "sink-stream")  # one crash state of each, its recovery crashed again
+SECOND_POINTS = 12  # points of each recovery at which it is crashed (evenly spread)
+
+
+def test_a_crash_during_recovery_ends_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """A second power loss while the next run recovers from the first: a crash state of each scenario that leaves
+    recovery to do (killed mid-run) is recovered with the door traced, that recovery is crashed at points spread
+    over it, and the run after that must still end exact. The lock a recording in this process leaves is left
+    out of the second states (after a power loss its holder is gone, and a copy takes such a lock over)."""
+    outcomes: Counter[str] = Counter()
+    problems: list[str] = []
+    sites: set[str] = set()
+    for scenario in RECOVERIES:
+        root = tmp_path / scenario
+        ops = _record(scenario, root)
+        # mid-run, as a SIGKILL leaves it (logged commits to finish) and as a power loss that undid the unsynced
+        # renames does (a logged commit whose pending files are gone: rolled back)
+        states = list(crash_states(ops, mixed=0, variants=[("current", "current"), ("synced", "current")]))
+        unmarked = sorted({s.point for s in states if not s.marks})  # before the first write reported success
+        point = unmarked[len(unmarked) * 2 // 3]
+        for first in (s for s in states if s.point == point):
+            problems += _crash_the_recovery(scenario, first, root, outcomes, sites, caplog)
+    rolled_back = [r for r in caplog.records if "was rolled back" in r.getMessage()]
+    with capsys.disabled():
+        print(f"\ncrashes during recovery: {sum(outcomes.values())} states, "
+              + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    assert sum(outcomes.values()) >= 30, "too few states: the recoveries did too little to crash"
+    assert {"sync", "syncdir", "rename"} <= sites, "the recoveries finished no commit: they recovered nothing"
+    assert rolled_back, "no recovery rolled a commit back: the rollback path was never crashed"
+    assert not problems, f"{len(problems)} state(s) not exact:\n" + "\n".join(problems[:20])
+
+
+def _crash_the_recovery(scenario: str, first: CrashState, root: Path, outcomes: Counter[str], sites: set[str],
+                        caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Recover ``first`` with the door traced, then crash that recovery at points spread over it and check the
+    run after each; the problems found."""
+    from splitsource._fs import set_tracer
+    from tests.splitsource.crashfs import Recorder, base_ops
+
+    problems: list[str] = []
+    shutil.rmtree(root, ignore_errors=True)
+    first.build(root)
+    recorder = Recorder(root)
+    set_tracer(recorder)
+    try:
+        with caplog.at_level("WARNING"):
+            _check(scenario, first, root)
+    finally:
+        set_tracer(None)
+    sites.update(op[0] for op in recorder.ops)
+    prefix = base_ops(first.files)
+    ops2 = prefix + recorder.ops
+    every = max(1, len(recorder.ops) // SECOND_POINTS)
+    for second in crash_states(ops2, mixed=1, start=len(prefix)):
+        if (second.point - len(prefix)) % every:
+            continue
+        files = {p: d for p, d in second.files.items() if not p.endswith("lock.json")}
+        state = CrashState(second.point, second.variant, first.marks, files)
+        shutil.rmtree(root, ignore_errors=True)
+        state.build(root)
+        try:
+            outcome = _check(scenario, state, root, next_write=sc.WRITES + 1)
+            outcomes["exact" if outcome == "exact" else "refused"] += 1
+            if outcome != "exact":
+                problems.append(f"{scenario}: {first.describe()}, then in recovery {state.describe()}: {outcome}")
+        except Exception as exc:  # noqa: BLE001 - every way a state can go wrong is a finding
+            outcomes["wrong"] += 1
+            problems.append(f"{scenario}: {first.describe()}, then in recovery {state.describe()}: "
+                            f"{type(exc).__name__}: {exc}")
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    return problems
