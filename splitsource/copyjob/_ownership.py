@@ -242,7 +242,7 @@ class CopyLock:
                     if not (isinstance(found, Holder) and found.lease == holder.lease):
                         self._lost = self._lost or self._loss(what, found)
                         continue
-                    fs.write(path, json.dumps(asdict(holder)).encode())
+                    fs.write(path, json.dumps(asdict(holder)).encode(), durable=False)  # never synced
                 except OSError:
                     continue  # the store failed this renewal: the next one tries again
             self._holder = holder

@@ -138,8 +138,10 @@ def test_a_missing_file_or_table_is_one_line_and_exit_2(tmp_path: Path) -> None:
 def test_a_sigkill_storm_ends_with_every_row_once(tmp_path: Path, engine: str, kills: int) -> None:
     make_numbers(tmp_path / "n.db", 200_000)
     out = tmp_path / "out"
+    # 4,000 rows a batch at 20,000 rows/s: a batch outlasts the kill's jitter however fast the machine (unthrottled,
+    # SQLite read the rest of the table before a late kill once)
     args = ["copy", *cli(tmp_path / "n.db", split_rows="2000"), "--output", str(out), "--engine", engine,
-            "--max-splits-per-batch", "2", "--quiet"]
+            "--max-splits-per-batch", "2", "--max-rows-per-second", "20000", "--quiet"]
     kill_and_rerun(args, out, kills=kills, seed=13, jitter=0.3)
     table = pq.read_table(out, columns=["id", "name"])
     ids = table.column("id").to_pylist()

@@ -83,7 +83,7 @@ def test_bad_option_is_named(spark: Any) -> None:
 
 
 def test_unknown_connector_is_named(spark: Any) -> None:
-    with pytest.raises(Exception, match=r"option 'connector': 'nosuch' is neither a built-in connector"):
+    with pytest.raises(Exception, match=r"option 'connector': 'nosuch' is neither an installed connector"):
         spark.read.format("splitsource").option("connector", "nosuch").load()
 
 
