@@ -54,7 +54,7 @@ echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsourc
 echo "== mypy --strict"; mypy
 echo "== pytest"
 set +e
-timeout --signal=TERM 2400 python -m pytest -p no:cacheprovider --durations=60 "$@"
+timeout --signal=TERM 2700 python -m pytest -p no:cacheprovider --durations=60 "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

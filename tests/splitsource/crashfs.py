@@ -182,7 +182,7 @@ def _file_bytes(inode: _Inode, data: str, torn_at: float = 0.5) -> bytes:
     return inode.data[: int(len(inode.data) * torn_at)]
 
 
-MIXED_PER_POINT = 2  # sampled states with independent choices per directory and file, after every operation
+MIXED_PER_POINT = 1  # sampled states with independent choices per directory and file, after every operation
 VARIANTS = [("current", "current"), ("current", "synced"), ("current", "torn"), ("synced", "current"),
             ("synced", "synced"), ("synced", "torn")]
 
