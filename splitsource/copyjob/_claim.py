@@ -170,7 +170,8 @@ def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter
     fs, base = resolve_filesystem(checkpoint)
     out_fs, out_base = resolve_filesystem(output)
     checkpoint_entries = fs.list(base) if fs.is_dir(base) else []
-    foreign = [e.name for e in checkpoint_entries if e.name not in _CHECKPOINT_NAMES and not is_temporary(e.name)]
+    foreign = [e.name for e in checkpoint_entries if e.name not in _CHECKPOINT_NAMES and not is_temporary(e.name)
+               and not e.name.startswith(f"{LOCK_FILE}.break-")]  # a lease's takeover marker
     if foreign:
         raise OptionsError(f"option 'overwrite': checkpoint {redact(checkpoint)} holds files splitsource copy did "
                            f"not write ({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); "

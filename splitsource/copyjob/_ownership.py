@@ -153,6 +153,7 @@ class CopyLock:
         self._places = places
         self._holder = this_holder(command, lease_s)
         self._held: list[tuple[str, Store, str]] = []
+        self._broken: list[tuple[Store, str]] = []  # the markers of the stale locks this copy removed
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._lost: str | None = None
@@ -175,9 +176,12 @@ class CopyLock:
         fs, base = resolve_filesystem(directory)
         fs.make_dirs(base)
         path = f"{base}/{LOCK_FILE}"
-        for _ in range(5):
+        taking_over = ""  # said once this copy holds the lock: of two copies taking it over, one does
+        for _ in range(50):
             if self._create(fs, path, json.dumps(asdict(self._holder)).encode()):
                 self._held.append((what, fs, path))
+                if taking_over:
+                    _notice(taking_over)
                 return
             holder = self._read(fs, path)
             if holder is None:
@@ -188,18 +192,18 @@ class CopyLock:
                                       f"killed while writing it; if nothing renews it, it is taken over at "
                                       f"{_clock(holder.mtime + self._holder.lease_s)} (lease_s after it was "
                                       "written): retry then", path=path)
-                _notice(f"{what}: took over a lock left half written at {_clock(holder.mtime)} (a copy killed "
-                        "while writing it)")
+                taking_over = (f"{what}: took over a lock left half written at {_clock(holder.mtime)} (a copy "
+                               "killed while writing it)")
             elif _gone(holder):
-                pass  # killed on this host: take over at once
+                taking_over = ""  # killed on this host: taken over at once
             elif time.time() < holder.expires:
                 raise LockedError(f"{what} is in use by another copy: {holder.describe()}; its lease runs out at "
                                   f"{_clock(holder.expires)} unless it renews it: wait for it to finish, or retry "
                                   "after that", path=path)
             else:
-                _notice(f"{what}: took over from {holder.describe()}, whose lease expired at "
-                        f"{_clock(holder.expires)}")
-            self._break(fs, path)
+                taking_over = (f"{what}: took over from {holder.describe()}, whose lease expired at "
+                               f"{_clock(holder.expires)}")
+            self._break(fs, path, holder)
         raise LockedError(f"cannot lock {what}: another copy keeps taking {path} at the same time", path=path)
 
     @staticmethod
@@ -223,13 +227,22 @@ class CopyLock:
             info = fs.info(path)  # half written: being written now, or by a process killed mid-write
             return _Torn(0.0 if info is None or info.mtime is None else info.mtime)
 
-    @staticmethod
-    def _break(fs: Store, path: str) -> None:
-        aside = f"{path}.stale-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    def _break(self, fs: Store, path: str, stale: Holder | _Torn) -> None:
+        """Remove the stale lock ``stale`` at ``path``, unless another copy is removing it: of the copies that read
+        the same stale lock, the one that creates the marker ``<path>.break-<its lease>`` (only where none exists:
+        the store decides) removes it; the others read the lock again, and find the winner's."""
+        marker = _marker(path, stale)
         try:
-            fs.move(path, aside)  # atomic: of two processes taking over, one moves it, the other finds nothing
-            fs.delete(aside)
-        except (FileNotFoundError, OSError):
+            won = fs.create(marker, b"")
+        except OSError:
+            won = False
+        if not won:
+            time.sleep(0.05)
+            return
+        self._broken.append((fs, marker))
+        try:
+            fs.delete(path)
+        except OSError:
             pass
 
     def _renew_until_released(self) -> None:
@@ -272,10 +285,24 @@ class CopyLock:
             _, fs, path = self._held.pop()
             try:
                 found = self._read(fs, path)
-                if isinstance(found, Holder) and found.lease == self._holder.lease:
+                # the marker a copy taking this lease over would create first: whoever creates it removes the lock
+                if isinstance(found, Holder) and found.lease == self._holder.lease and \
+                        fs.create(_marker(path, found), b""):
                     fs.delete(path)
+                    fs.delete(_marker(path, found))
             except OSError:
                 pass
+        while self._broken:
+            fs, marker = self._broken.pop()
+            try:
+                fs.delete(marker)
+            except OSError:
+                pass
+
+
+def _marker(path: str, lock: Holder | _Torn) -> str:
+    """The file whose creation entitles one copy to remove the lock ``lock`` at ``path``."""
+    return f"{path}.break-{lock.lease if isinstance(lock, Holder) else f'torn-{lock.mtime:.6f}'}"
 
 
 @dataclass(frozen=True)

@@ -159,3 +159,28 @@ def test_an_unreadable_lock_is_judged_by_its_age(tmp_path: Path) -> None:
     assert taken.returncode == 0, taken.stderr
     assert "took over a lock left half written" in taken.stderr, taken.stderr
     assert _ids(str(out)) == list(range(1000))
+
+
+def test_two_copies_racing_for_an_expired_lease_one_wins(s3: Any, tmp_path: Path) -> None:
+    """A copy killed on another host left its lease on S3; two retries start together and meet right before they
+    create the lock (the race of tests/splitsource/copyjob/test_object_store.py): each time exactly one takes the
+    expired lease over and finishes, the other is refused in one line, and the output holds every row once."""
+    from tests.splitsource.copyjob.test_object_store import ROWS as RACE_ROWS
+    from tests.splitsource.copyjob.test_object_store import _race
+
+    for trial in range(10):
+        uri = s3.uri(f"expired-{trial}")
+        fs, path = pafs.FileSystem.from_uri(uri)
+        dead = {"host": "gone-pod", "pid": 4242, "started": "", "since": "2026-11-26 00:00:00",
+                "command": "splitsource copy --engine local", "lease": "dead", "renewed": time.time() - 120,
+                "lease_s": 60.0}
+        for lock in (f"{path}.bucketing/lock.json", f"{path}.checkpoint/lock.json"):
+            with fs.open_output_stream(lock) as stream:
+                stream.write(json.dumps(dead).encode())
+        first, second = _race(tmp_path, uri, "conditional")
+        assert sorted((first.returncode, second.returncode)) == [0, 1], (first.stderr[-2000:], second.stderr[-2000:])
+        winner, loser = (first, second) if first.returncode == 0 else (second, first)
+        assert "took over from pid 4242 on gone-pod" in winner.stderr, winner.stderr[-2000:]
+        assert "is in use by another copy" in loser.stderr and "its lease runs out at" in loser.stderr, \
+            loser.stderr[-2000:]
+        assert _ids(uri) == list(range(RACE_ROWS)), f"trial {trial}"
