@@ -7,10 +7,13 @@
   a second time. A checkpoint whose output lost its owner file, or the files its newest commit made (the output
   was deleted or replaced), is refused too: resuming would skip the rows that output no longer holds.
   ``overwrite`` removes what the old copy committed and starts afresh.
-- **Lock.** A running copy holds ``lock.json`` in its output's records and in its checkpoint:
-  created atomically (``O_EXCL``) with the process's host, pid and start time, removed when the copy ends. A lock
-  left by a process that is provably gone (same host, no such pid, or a pid reused by another process) is taken
-  over; any other lock refuses the second copy with one line naming the first.
+- **Lease.** A running copy holds ``lock.json`` in its output's records and in its checkpoint: created only where
+  none exists (``O_EXCL``; ``If-None-Match: *`` on S3), naming the process's host, pid and start time, renewed
+  every ``lease_s / 4`` seconds, removed when the copy ends. A lease not renewed for ``lease_s`` has expired and is
+  taken over by a copy started anywhere, as is at once the lock of a process provably gone from this host; of
+  two copies taking over one stale lock, the one that creates its marker (``lock.json.break-<lease>``) removes
+  it. Any other lock refuses the second copy with one line naming the first and when its lease runs out. The
+  lease is also the copy's fence: :meth:`CopyLock.check` before each offset and commit.
 """
 
 from __future__ import annotations
