@@ -38,6 +38,7 @@ from splitsource.sink._files import join
 __all__ = ["DEFAULT_LEASE_S", "CopyLock", "new_token", "read_owner", "write_owner"]
 
 DEFAULT_LEASE_S = 60.0
+MARKER_STALE_S = 10.0  # a takeover marker this old was left by a copy that died between marking and removing
 
 
 def new_token() -> str:
@@ -233,20 +234,26 @@ class CopyLock:
     def _break(self, fs: Store, path: str, stale: Holder | _Torn) -> None:
         """Remove the stale lock ``stale`` at ``path``, unless another copy is removing it: of the copies that read
         the same stale lock, the one that creates the marker ``<path>.break-<its lease>`` (only where none exists:
-        the store decides) removes it; the others read the lock again, and find the winner's."""
-        marker = _marker(path, stale)
-        try:
-            won = fs.create(marker, b"")
-        except OSError:
-            won = False
-        if not won:
-            time.sleep(0.05)
-            return
-        self._broken.append((fs, marker))
-        try:
-            fs.delete(path)
-        except OSError:
-            pass
+        the store decides) removes it; the others read the lock again, and find the winner's. A marker older than
+        ``MARKER_STALE_S`` belongs to a copy that died between marking and removing: the next generation's marker
+        is then taken instead."""
+        for generation in range(100):
+            marker = _marker(path, stale, generation)
+            try:
+                won = fs.create(marker, b"")
+            except OSError:
+                won = False
+            if won:
+                self._broken.append((fs, marker))
+                try:
+                    fs.delete(path)
+                except OSError:
+                    pass
+                return
+            info = fs.info(marker)
+            if info is None or info.mtime is None or time.time() - info.mtime < MARKER_STALE_S:
+                time.sleep(0.05)  # another copy is removing it now: read the lock again
+                return
 
     def _renew_until_released(self) -> None:
         interval = max(self._holder.lease_s / 4, 0.05)
@@ -290,9 +297,9 @@ class CopyLock:
                 found = self._read(fs, path)
                 # the marker a copy taking this lease over would create first: whoever creates it removes the lock
                 if isinstance(found, Holder) and found.lease == self._holder.lease and \
-                        fs.create(_marker(path, found), b""):
+                        fs.create(_marker(path, found, 0), b""):
                     fs.delete(path)
-                    fs.delete(_marker(path, found))
+                    fs.delete(_marker(path, found, 0))
             except OSError:
                 pass
         while self._broken:
@@ -303,9 +310,10 @@ class CopyLock:
                 pass
 
 
-def _marker(path: str, lock: Holder | _Torn) -> str:
+def _marker(path: str, lock: Holder | _Torn, generation: int) -> str:
     """The file whose creation entitles one copy to remove the lock ``lock`` at ``path``."""
-    return f"{path}.break-{lock.lease if isinstance(lock, Holder) else f'torn-{lock.mtime:.6f}'}"
+    name = lock.lease if isinstance(lock, Holder) else f"torn-{lock.mtime:.6f}"
+    return f"{path}.break-{name}" + (f"-{generation}" if generation else "")
 
 
 @dataclass(frozen=True)
