@@ -79,8 +79,10 @@ class CassandraNode:
         from cassandra.policies import RoundRobinPolicy
 
         profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=60)
-        cluster = Cluster(self.hosts.split(","), port=self.port, protocol_version=5,
-                          execution_profiles={EXEC_PROFILE_DEFAULT: profile})
+        # the control connection's schema queries wait 30 s, not the driver's 2: a node busy with a test's load
+        # answered late once (a full run beside other work), and the test failed before it began
+        cluster = Cluster(self.hosts.split(","), port=self.port, protocol_version=5, connect_timeout=30,
+                          control_connection_timeout=30, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
         return cluster, cluster.connect()
 
 
