@@ -34,6 +34,7 @@ if __name__ == "__main__":  # scripts/ holds cassandra.py, which would shadow th
     sys.path[0] = str(ROOT)
 
 from scripts.cassandra import port_open  # noqa: E402
+from scripts.spark_tables import settle_jars  # noqa: E402
 
 MODULE = "github.com/seaweedfs/seaweedfs"
 VERSION = "v0.0.0-20261109003541-7506e5f91cd6"  # the module proxy serves this pseudo-version of SeaweedFS 4.x
@@ -181,19 +182,8 @@ def spark_jars() -> list[Path]:
         subprocess.run([mvn, "-q", "-B", "-f", str(ROOT / "scripts" / "s3a" / "pom.xml"), f"-Dhadoop.version={hadoop}",
                         f"-Dsdk.version={sdk.group(1)}", "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
                         "-DincludeScope=runtime"], check=True, stdout=sys.stderr)
-        names = {_artifact(p.name) for p in spark_jars_dir.glob("*.jar")}
-        for jar in partial.glob("*.jar"):
-            if _artifact(jar.name) in names:
-                jar.unlink()  # Spark's own (netty, httpclient, slf4j...): one copy on the class path
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
-        (target / ".complete").touch()
+        settle_jars(partial, target, spark_jars_dir)
     return sorted(target.glob("*.jar"))
-
-
-def _artifact(name: str) -> str:
-    """A jar's artifact name without its version (netty-codec-http-4.1.126.Final.jar -> netty-codec-http)."""
-    return re.sub(r"-\d[\w.]*(-[A-Za-z0-9]+)?\.jar$", "", name)
 
 
 def spark_s3a_conf(env: dict[str, str]) -> dict[str, str]:

@@ -48,16 +48,22 @@ def jars(fmt: str, spark: Path) -> list[Path]:
             pom.write_text(POM.format(group, artifact, version))
             subprocess.run([mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
                             f"-DoutputDirectory={partial}", "-DincludeScope=runtime"], check=True, stdout=sys.stderr)
-        shipped = {_artifact(p.name) for p in (spark / "pyspark" / "jars").glob("*.jar")}
-        if not shipped:
+        if not any((spark / "pyspark" / "jars").glob("*.jar")):
             raise SystemExit(f"spark_tables.py: no PySpark jars under {spark}")
-        for jar in partial.glob("*.jar"):
-            if _artifact(jar.name) in shipped:
-                jar.unlink()  # Spark's own (scala, antlr, slf4j...): one copy on the class path
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
-        (target / ".complete").touch()
+        settle_jars(partial, target, spark / "pyspark" / "jars")
     return sorted(target.glob("*.jar"))
+
+
+def settle_jars(partial: Path, target: Path, spark_jars: Path) -> None:
+    """Make the jars Maven copied into ``partial`` the folder ``target``, once whole: without the artifacts Spark
+    ships itself in ``spark_jars`` (scala, slf4j, netty...: one copy of each on the class path), marked complete."""
+    shipped = {_artifact(p.name) for p in spark_jars.glob("*.jar")}
+    for jar in partial.glob("*.jar"):
+        if _artifact(jar.name) in shipped:
+            jar.unlink()
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    (target / ".complete").touch()
 
 
 def _artifact(name: str) -> str:
