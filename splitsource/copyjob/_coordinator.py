@@ -137,8 +137,7 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
                 end = next_offset(source, fingerprint, start, parallelism, limit, plans)
                 if end is None:
                     break  # nothing left: the bounded source is done
-                if committer.fence is not None:
-                    committer.fence()  # a copy that lost its lease logs no offset
+                committer.fence()  # a copy that lost its lease logs no offset
                 _write_offset(fs, root, batch_id, end)
             check_offset(end, fingerprint)
             total = int(end.get("total", -1))
@@ -150,8 +149,7 @@ def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], co
             try:
                 results = pool.run(Batch(batch_id, splits, encoded, batch_task, framework), batch_progress)
             except CopyError:
-                if committer.fence is not None:
-                    committer.fence()  # a task failed because a copy that took over swept its files: touch nothing
+                committer.fence()  # a task failed because a copy that took over swept its files: touch nothing
                 committer.sweep(keep=())  # no task of the batch runs any more: its files are orphans now
                 raise
             files = [f for r in results for f in r.files]

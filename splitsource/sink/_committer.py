@@ -223,6 +223,10 @@ def _query_name(query_id: str) -> str:
     return hashlib.sha256(query_id.encode()).hexdigest()[:32] + ".json"
 
 
+def _unfenced() -> None:
+    """A committer's fence when nothing fences it: every commit may go ahead."""
+
+
 class _CommittedBefore(Exception):
     """A stream batch's commit found the same batch of the same query committed under its number already (by a
     writer that lost the race for it: a copy whose lease this one took over, committing in the instant between
@@ -247,7 +251,7 @@ class BucketingGlobalCommitter:
     success_file: bool = False  # also an empty <base>/_SUCCESS when a bounded write completes (Hadoop's marker)
     table: TableFormat | None = None  # publish each commit into this table format (splitsource.sink._tables)
     table_catalog: str = ""  # Iceberg: the catalog's URI (empty: SQLite in the records' place)
-    fence: Callable[[], None] | None = None  # called right before each commit record is written: raises to stop a
+    fence: Callable[[], None] = _unfenced  # called right before each commit record is written: raises to stop a
     # writer that may no longer commit (a copy whose lease another copy took over)
     _committer: FileCommitter = field(init=False)
 
@@ -359,8 +363,7 @@ class BucketingGlobalCommitter:
         if logged is None:
             self._check_pending(record)
             self.fs.make_dirs(self._log)
-            if self.fence is not None:
-                self.fence()
+            self.fence()
             try:
                 self.fs.write(path, data, exclusive=True)  # of two writers racing for a number, one wins
             except FileExistsError:
