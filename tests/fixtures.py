@@ -231,7 +231,7 @@ class _PostgresServers:
 
     def get(self, version: str) -> PostgresServer:
         if version not in self._started:
-            self._started[version] = _start_postgres(version)
+            self._started[version] = start_postgres(version)
         return self._started[version]
 
     def stop_all(self) -> None:
@@ -242,7 +242,9 @@ class _PostgresServers:
             shutil.rmtree(server.root, ignore_errors=True)
 
 
-def _start_postgres(version: str) -> PostgresServer:
+def start_postgres(version: str, tls: Path | None = None) -> PostgresServer:
+    """A new PostgreSQL ``version`` on a free port (with SSL on, from the certificates in ``tls``); stop it with
+    ``scripts.postgres.stop(server.root)``."""
     import tempfile
 
     from scripts.cassandra import port_open
@@ -253,7 +255,7 @@ def _start_postgres(version: str) -> PostgresServer:
     if port is None:
         pytest.fail("no free port for PostgreSQL in 25432-25531", pytrace=False)
     try:
-        env = start(root, version, port, None)
+        env = start(root, version, port, tls)
     except (SystemExit, subprocess.CalledProcessError) as exc:
         stop(root)
         pytest.fail(f"the test PostgreSQL {version} did not start: {exc}", pytrace=False)

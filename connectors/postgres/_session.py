@@ -31,8 +31,10 @@ def login_error(exc: BaseException, options: PostgresOptions) -> PostgresConnect
     text = one_line(exc)
     if options.password:
         text = text.replace(options.password.reveal(), "***")
+    if "SSL" in text or "certificate" in text or "no encryption" in text:  # untrusted, or TLS required: no retry
+        return PostgresLoginError(f"PostgreSQL: {text} (see the options sslmode, sslrootcert, sslcert, sslkey)")
     cls = PostgresLoginError if state in _LOGIN_STATES or "password authentication failed" in text \
-        or "permission denied" in text else PostgresConnectionError
+        or "permission denied" in text or "pg_hba.conf" in text else PostgresConnectionError
     return cls(f"PostgreSQL: {text}")
 
 

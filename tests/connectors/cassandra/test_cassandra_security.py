@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from tests.connectors.cassandra.pki import PASSWORD, PKI, make_ca, make_pki
+from tests.pki import PASSWORD, PKI, make_ca, make_pki
 from tests.fixtures import ROOT
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
