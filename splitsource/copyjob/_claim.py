@@ -24,8 +24,8 @@ IDENTITY_FILE = "splitsource-copy.json"
 
 FINISHED_FILE = "finished.json"  # the copy read its whole source (splitsource.copyjob._job)
 START_OVER = "option 'overwrite'"
-# what the engines' checkpoints hold; offsets and commits: the Spark engine of earlier releases (a streaming query)
-_CHECKPOINT_PROGRESS = ("offsets", "commits", "local", "spark")
+# the engines' directories in a checkpoint: a copy's progress
+_CHECKPOINT_PROGRESS = ("local", "spark")
 
 
 @dataclass(frozen=True)
@@ -101,9 +101,7 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
                 f"checkpoint {checkpoint} was made reading {_origin_text(was)}, and this copy reads "
                 f"{_origin_text(now)}: resuming would mix two sources in one output; point the copy at the cluster "
                 "it started from, or use another option 'checkpoint' and option 'output'")
-        # a checkpoint written before origins were recorded: the origin is not compared (and stays unrecorded)
-        compared = identity if "origin" in found else {k: v for k, v in identity.items() if k != "origin"}
-        differ = sorted(k for k in set(found) | set(compared) if k != "token" and found.get(k) != compared.get(k))
+        differ = sorted(k for k in set(found) | set(identity) if k != "token" and found.get(k) != identity.get(k))
         if differ == ["schema"]:
             change = _schema_change(found.get("schema") or [], identity["schema"])
             raise CheckpointError(f"the source's columns changed since this copy started ({change}): its table "
@@ -134,11 +132,8 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
             f"checkpoint {checkpoint} holds the progress of a copy into {output}, but that output no longer holds "
             f"that copy (it was deleted or replaced): resuming would skip rows it lacks; start over with "
             f"{START_OVER}, or use another option 'checkpoint'", path=checkpoint)
-    if found is not None and not found.get("token") and found.get("engine") == "local":
-        raise CheckpointError(f"checkpoint {checkpoint} was written by an earlier release of the local engine; "
-                              f"finish that copy with that release, or start over with {START_OVER}")
     existing = committer.finished_files() or [str(r.seq) for r, _ in committer.records()]
-    if existing and not (found is not None and not found.get("token")):
+    if existing:
         raise OutputOwnedError(
             f"output {output} already holds data this copy did not write ({len(existing)} file(s) or commits); "
             f"write to another option 'output', or start over with {START_OVER} (deletes what the output holds)",
@@ -147,7 +142,6 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
     _write_identity(checkpoint, {**identity, "token": token})
     write_owner(committer, {"token": token, "checkpoint": redact(checkpoint), "format": identity.get("format"),
                          "identity": identity.get("identity"), "created": _now()})
-    # a checkpoint of an earlier release (no token) resumes, now owning its output
     return Claim(token, found is not None, found is None, True)
 
 
@@ -205,9 +199,9 @@ def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter
                 out_fs.remove_empty_dirs(entry.path)  # bucket directories and the log, emptied above
 
 
-# what a copy's checkpoint holds (either engine, any release): anything else in it is someone else's
-_CHECKPOINT_NAMES = frozenset({IDENTITY_FILE, LOCK_FILE, ERROR_LOG, FINISHED_FILE, "metadata", "sources", "state",
-                               "plans", "splits", *_CHECKPOINT_PROGRESS})
+# what a copy's checkpoint holds (either engine): anything else in it is someone else's
+_CHECKPOINT_NAMES = frozenset({IDENTITY_FILE, LOCK_FILE, ERROR_LOG, FINISHED_FILE, "plans", "splits",
+                               *_CHECKPOINT_PROGRESS})
 
 
 def _copy_names(committer: BucketingGlobalCommitter) -> Callable[[str], bool]:

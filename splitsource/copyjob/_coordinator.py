@@ -23,12 +23,12 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from serializers import write_envelope
 from splitsource._api import Split
 from splitsource._errors import CheckpointError, CopyError, LeaseLostError
-from splitsource._fs import Store, child_uri, resolve_filesystem
+from splitsource._fs import child_uri, resolve_filesystem
 from splitsource._offsets import (
     PLANS_DIR,
     START_OVER,
@@ -42,10 +42,9 @@ from splitsource._offsets import (
     unsized,
     validated,
 )
-from splitsource._planning import FrameworkOptions, TaskEnvironment, batch_limit, build_source
+from splitsource._planning import FrameworkOptions, TaskEnvironment, batch_limit
 from splitsource.copyjob._ledger import split_counts, write_batch
-from splitsource.copyjob._protocol import EngineResult, ProgressFn, ReadStats, TaskOutcome, TaskSpec
-from splitsource.sink._committer import BucketingGlobalCommitter
+from splitsource.copyjob._protocol import CopyRun, EngineResult, ReadStats, TaskOutcome, TaskSpec, copy_writer_id
 
 __all__ = ["Batch", "TaskPool", "run_batches"]
 
@@ -76,103 +75,111 @@ class TaskPool(Protocol):
         """Stop what the pool started."""
 
 
-OffsetLookup = Callable[[int], "dict[str, Any] | None"]
-
-
-def run_batches(read_options: Mapping[str, str], sink_raw: Mapping[str, str], committer: BucketingGlobalCommitter,
-                checkpoint: str, pool: TaskPool, progress: ProgressFn | None, *, query_id: str, directory: str,
-                parallelism: int = 0, earlier_offset: OffsetLookup | None = None, writer_id: str = ""
-                ) -> EngineResult:
+def run_batches(run: CopyRun, pool: TaskPool, engine: str, parallelism: int = 0) -> EngineResult:
     """Copy every split not committed yet (see the module docstring) with ``pool``; returns what this run did.
 
-    ``query_id`` names this copy's batches in the output's commit log; ``directory`` is the engine's directory in
-    the checkpoint; ``parallelism``: the readers the enumerator plans for (at least the source options'); and
-    ``earlier_offset(batch)`` the offset of a batch an earlier release logged elsewhere (None: not there);
-    ``writer_id``: the copy's id in its part files' names (``verify`` tells the copy's files from others by it).
-    The pool is closed before this returns."""
+    ``engine`` names the engine's directory in the checkpoint and prefixes the copy's query id in the output's
+    commit log; ``parallelism``: the readers the enumerator plans for (at least the source options'). The pool is
+    closed before this returns."""
     try:
-        framework, source = build_source(read_options)
-        fingerprint = source_fingerprint(source)
-        serializer = source.split_serializer()
-        fs, base = resolve_filesystem(checkpoint)
-        root = f"{base}/{directory}"
-        fs.make_dirs(f"{root}/offsets")
-        committer.recover()
-        last_committed = committer.last_stream_batch(query_id)
-        last = -1 if last_committed is None else last_committed
-        committer.sweep(keep=())  # no task runs now: whatever is transient is an orphan of an earlier run
-        parallelism = max(framework.parallelism, parallelism)
-        limit = batch_limit(framework)
-        plans = PlanStore(child_uri(checkpoint, PLANS_DIR))  # the plan once, offsets hold a cursor
-        task = TaskSpec(dict(read_options), dict(sink_raw), TaskEnvironment.current(), writer_id)
-
-        def read_offset(batch_id: int) -> dict[str, Any] | None:
-            found = _read_offset(fs, root, batch_id)
-            if found is None and earlier_offset is not None:
-                found = earlier_offset(batch_id)
-            return found
-
-        start = read_offset(last) if last >= 0 else None
-        if last >= 0 and start is None:
-            raise CheckpointError(f"checkpoint {checkpoint} has no offset for batch {last}, which the output's "
-                                  "commit log says it committed; it is incomplete: use the checkpoint the copy was "
-                                  "run with")
-        done_splits, total = (int(start["taken"]), int(start.get("total", -1))) if start else (0, -1)
-        rows = 0
-        batches = 0
-        stats = ReadStats()
-        unsized_batches = False
-
-        def batch_progress(splits_finished: int, batch_rows: int) -> None:
-            if progress is not None:
-                progress(done_splits + splits_finished, total, rows + batch_rows)
-
-        while True:
-            batch_id = last + 1
-            end = _replayable(fs, root, batch_id, read_offset)  # logged before a batch never committed: replay it
-            if end is None:
-                if start is None:  # a fresh start: no offset refers to a plan yet
-                    start = initial_offset(source, fingerprint, parallelism, plans)
-                    plans.prune(keep=start["plan"])
-                end = next_offset(source, fingerprint, start, parallelism, limit, plans)
-                if end is None:
-                    break  # nothing left: the bounded source is done
-                committer.fence()  # a copy that lost its lease logs no offset
-                _write_offset(fs, root, batch_id, end)
-            check_offset(end, fingerprint)
-            total = int(end.get("total", -1))
-            splits = tuple(offset_splits(source, end))
-            unsized_batches = unsized_batches or unsized(splits, limit)
-            encoded = {s.split_id: write_envelope(serializer, s) for s in splits}
-            extra = reader_options(fingerprint, end)  # what the live enumerator holds for its readers
-            batch_task = replace(task, options={**task.options, **extra}) if extra else task
-            try:
-                results = pool.run(Batch(batch_id, splits, encoded, batch_task, framework), batch_progress)
-            except CopyError:
-                committer.fence()  # a task failed because a copy that took over swept its files: touch nothing
-                committer.sweep(keep=())  # no task of the batch runs any more: its files are orphans now
-                raise
-            files = [f for r in results for f in r.files]
-            split_rows = {k: v for r in results for k, v in r.report.split_rows.items()}
-            counts = split_counts(encoded, split_rows)
-            try:
-                committer.commit_batch(files, query_id=query_id, batch_id=batch_id,
-                                       before_commit=partial(write_batch, checkpoint, query_id, batch_id, counts))
-            except LeaseLostError:
-                committer.delete_pending(files)  # its own files only: the copy that took over writes beside them
-                raise
-            # the offset before this batch stays: a commit rolled back (its files removed from outside) replays
-            # this batch from it
-            _prune_offsets(fs, root, keep_from=batch_id - 1)
-            last, start = batch_id, end
-            done_splits = int(end["taken"])
-            rows += sum(r.rows for r in results)
-            batches += 1
-            for r in results:
-                stats.add(r.report)
+        return _Coordinator(run, pool, engine, parallelism).run()
     finally:
         pool.close()
-    return EngineResult(int(start["taken"]) if start else 0, total, batches, stats, unsized_batches)
+
+
+class _Coordinator:
+    """One run of the batch protocol, as two stories: recover, and replay the batch the log says was logged but
+    never committed; then plan, write and commit the next batch, until the source is done."""
+
+    def __init__(self, run: CopyRun, pool: TaskPool, engine: str, parallelism: int) -> None:
+        self.copy, self.pool, self.committer = run, pool, run.committer
+        self.query_id = f"{engine}-{run.token}"
+        self.offsets = _OffsetLog(run.checkpoint, engine)
+        self.fingerprint = source_fingerprint(run.source)
+        self.parallelism = max(run.framework.parallelism, parallelism)
+        self.limit = batch_limit(run.framework)
+        self.plans = PlanStore(child_uri(run.checkpoint, PLANS_DIR))  # the plan once, offsets hold a cursor
+        self.task = TaskSpec(dict(run.read_options), dict(run.sink_raw), TaskEnvironment.current(),
+                             copy_writer_id(run.token))
+        self.last, self.start = -1, cast("dict[str, Any] | None", None)  # the last committed batch, its offset
+        self.done_splits, self.total, self.rows, self.batches = 0, -1, 0, 0
+        self.stats, self.unsized = ReadStats(), False
+
+    def run(self) -> EngineResult:
+        self.recover()
+        while (end := self.offsets.replayable(self.last + 1) or self.plan_next()) is not None:
+            self.write_and_commit(self.last + 1, end)
+        return EngineResult(int(self.start["taken"]) if self.start else 0, self.total, self.batches, self.stats,
+                            self.unsized)
+
+    def recover(self) -> None:
+        """Finish or roll back a commit the sink logged, sweep orphans (no task runs now), and start after the last
+        batch this copy committed."""
+        self.committer.recover()
+        last = self.committer.last_stream_batch(self.query_id)
+        self.committer.sweep(keep=())
+        if last is None:
+            return
+        self.start = self.offsets.read(last)
+        if self.start is None:
+            raise CheckpointError(f"checkpoint {self.copy.checkpoint} has no offset for batch {last}, which the "
+                                  "output's commit log says it committed; it is incomplete: use the checkpoint the "
+                                  "copy was run with")
+        self.last = last
+        self.done_splits, self.total = int(self.start["taken"]), int(self.start.get("total", -1))
+
+    def plan_next(self) -> dict[str, Any] | None:
+        """The offset after the next batch's splits, logged before any of them is read; None: the source is done."""
+        if self.start is None:  # a fresh start: no offset refers to a plan yet
+            self.start = initial_offset(self.copy.source, self.fingerprint, self.parallelism, self.plans)
+            self.plans.prune(keep=self.start["plan"])
+        end = next_offset(self.copy.source, self.fingerprint, self.start, self.parallelism, self.limit, self.plans)
+        if end is not None:
+            self.committer.fence()  # a copy that lost its lease logs no offset
+            self.offsets.write(self.last + 1, end)
+        return end
+
+    def write_and_commit(self, batch_id: int, end: dict[str, Any]) -> None:
+        """Read the splits the offset ``end`` names into pending files, and commit them once as ``batch_id``."""
+        check_offset(end, self.fingerprint)
+        self.total = int(end.get("total", -1))
+        splits = tuple(offset_splits(self.copy.source, end))
+        self.unsized = self.unsized or unsized(splits, self.limit)
+        serializer = self.copy.source.split_serializer()
+        encoded = {s.split_id: write_envelope(serializer, s) for s in splits}
+        extra = reader_options(self.fingerprint, end)  # what the live enumerator holds for its readers
+        task = replace(self.task, options={**self.task.options, **extra}) if extra else self.task
+        results = self.write(Batch(batch_id, splits, encoded, task, self.copy.framework))
+        self.commit(batch_id, encoded, results)
+        # the offset before this batch stays: a commit rolled back (its files removed from outside) replays it
+        self.offsets.prune(keep_from=batch_id - 1)
+        self.last, self.start, self.done_splits = batch_id, end, int(end["taken"])
+        self.rows += sum(r.rows for r in results)
+        self.batches += 1
+        for r in results:
+            self.stats.add(r.report)
+
+    def write(self, batch: Batch) -> list[TaskOutcome]:
+        try:
+            return self.pool.run(batch, self.progress)
+        except CopyError:
+            self.committer.fence()  # a task failed because a copy that took over swept its files: touch nothing
+            self.committer.sweep(keep=())  # no task of the batch runs any more: its files are orphans now
+            raise
+
+    def commit(self, batch_id: int, encoded: Mapping[str, bytes], results: list[TaskOutcome]) -> None:
+        files = [f for r in results for f in r.files]
+        counts = split_counts(encoded, {k: v for r in results for k, v in r.report.split_rows.items()})
+        ledger = partial(write_batch, self.copy.checkpoint, self.query_id, batch_id, counts)
+        try:
+            self.committer.commit_batch(files, query_id=self.query_id, batch_id=batch_id, before_commit=ledger)
+        except LeaseLostError:
+            self.committer.delete_pending(files)  # its own files only: the copy that took over writes beside them
+            raise
+
+    def progress(self, splits_finished: int, batch_rows: int) -> None:
+        if self.copy.progress is not None:
+            self.copy.progress(self.done_splits + splits_finished, self.total, self.rows + batch_rows)
 
 
 def parse_offset(text: str, path: str) -> dict[str, Any]:
@@ -184,43 +191,43 @@ def parse_offset(text: str, path: str) -> dict[str, Any]:
     return validated(parsed)
 
 
-def _offset_path(root: str, batch: int) -> str:
-    return f"{root}/offsets/{batch}"
+class _OffsetLog:
+    """``<checkpoint>/<engine>/offsets/<batch>``: the offset after each batch, written before the batch is read."""
 
+    def __init__(self, checkpoint: str, engine: str) -> None:
+        self.fs, base = resolve_filesystem(checkpoint)
+        self.root = f"{base}/{engine}/offsets"
+        self.fs.make_dirs(self.root)
 
-def _read_offset(fs: Store, root: str, batch: int) -> dict[str, Any] | None:
-    path = _offset_path(root, batch)
-    try:
-        text = fs.read_text(path)
-    except (FileNotFoundError, IsADirectoryError):
-        return None
-    except UnicodeDecodeError:
-        raise CheckpointError(f"the checkpoint's offset {path} is corrupt; {START_OVER}") from None
-    return parse_offset(text, path)
+    def read(self, batch: int) -> dict[str, Any] | None:
+        path = f"{self.root}/{batch}"
+        try:
+            text = self.fs.read_text(path)
+        except (FileNotFoundError, IsADirectoryError):
+            return None
+        except UnicodeDecodeError:
+            raise CheckpointError(f"the checkpoint's offset {path} is corrupt; {START_OVER}") from None
+        return parse_offset(text, path)
 
+    def replayable(self, batch: int) -> dict[str, Any] | None:
+        """The offset of ``batch``, the batch after the last committed one, if it can be read. That batch was never
+        committed, so nothing of it is in the output: an offset of it that a crash left unreadable (empty, torn) is
+        deleted and the batch planned again from the offset before it, with the same splits."""
+        try:
+            return self.read(batch)
+        except CheckpointError:
+            path = f"{self.root}/{batch}"
+            if not self.fs.exists(path):
+                raise
+            log.warning("the offset of batch %d, which was never committed, is unreadable (a crash while it was "
+                        "written?): planning the batch again", batch)
+            self.fs.delete(path)
+            return None
 
-def _replayable(fs: Store, root: str, batch: int, read: OffsetLookup) -> dict[str, Any] | None:
-    """The offset of ``batch``, the batch after the last committed one, if it can be read. That batch was never
-    committed, so nothing of it is in the output: an offset of it that a crash left unreadable (empty, torn) is
-    deleted and the batch planned again from the offset before it, with the same splits."""
-    try:
-        return read(batch)
-    except CheckpointError:
-        path = _offset_path(root, batch)
-        if not fs.exists(path):
-            raise
-        log.warning("the offset of batch %d, which was never committed, is unreadable (a crash while it was "
-                    "written?): planning the batch again", batch)
-        fs.delete(path)
-        return None
+    def write(self, batch: int, offset: Mapping[str, Any]) -> None:
+        self.fs.write(f"{self.root}/{batch}", json.dumps(offset).encode())
 
-
-def _write_offset(fs: Store, root: str, batch: int, offset: Mapping[str, Any]) -> None:
-    fs.write(_offset_path(root, batch), json.dumps(offset).encode())
-
-
-def _prune_offsets(fs: Store, root: str, keep_from: int) -> None:
-    for info in fs.list(f"{root}/offsets"):
-        if info.name.isdigit() and int(info.name) < keep_from:
-            fs.delete(info.path)
-
+    def prune(self, keep_from: int) -> None:
+        for info in self.fs.list(self.root):
+            if info.name.isdigit() and int(info.name) < keep_from:
+                self.fs.delete(info.path)

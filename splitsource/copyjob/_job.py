@@ -23,17 +23,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from splitsource._errors import LeaseLostError, OptionsError
-from splitsource._fs import child_uri, is_uri, redact, resolve_filesystem, sibling_uri
+from splitsource._fs import is_uri, redact, resolve_filesystem, sibling_uri
 from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
 from splitsource._planning import build_source
-from splitsource.copyjob._claim import FINISHED_FILE, check_paths, claim, start_over, undo_unstarted
+from splitsource.copyjob._claim import FINISHED_FILE, Claim, check_paths, claim, start_over, undo_unstarted
 from splitsource.copyjob._ownership import DEFAULT_LEASE_S, CopyLock, check_one_writer
 from splitsource.copyjob._protocol import CopyRun, Engine, EngineResult
-from splitsource.sink._committer import META_DIR, META_SUFFIX, BucketingGlobalCommitter
+from splitsource.sink._committer import META_SUFFIX, BucketingGlobalCommitter
 from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
-__all__ = ["CopySummary", "Progress", "committed_rows", "copy"]
+__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "committed_rows", "copy"]
 
 SINK_DESCRIPTION = "copy.json"  # in the output's records: how verify reads the output back
 
@@ -222,110 +222,151 @@ def copy(
     if any(k.lower() == "plan_location" for k in source_options):
         raise OptionsError("option 'plan_location' is for streaming reads: a copy keeps its plan in its checkpoint "
                            "(<checkpoint>/plans); leave it out")
+    output = location("option 'output'", output)
+    framework = {"connector": connector, **{k: str(v) for k, v in (
+        ("max_splits_per_batch", max_splits_per_batch), ("max_rows_per_second", max_rows_per_second),
+        ("max_mb_per_second", max_mb_per_second)) if v}}
+    settings = CopySettings(
+        read_options={**{k.lower(): str(v) for k, v in source_options.items()}, **framework},
+        sink_raw={"format": format, "bucketer": bucketer,
+                  **{k.lower(): str(v) for k, v in (sink_options or {}).items()}, "path": output},
+        output=output, checkpoint=location("option 'checkpoint'", checkpoint or default_checkpoint(output)),
+        overwrite=overwrite, single_writer=single_writer, lease_s=lease_s)
     runner = engine_named(engine, master=master, spark=spark, workers=workers) if isinstance(engine, str) else engine
     try:
-        return _copy(runner, connector, source_options, output, format, bucketer, sink_options, checkpoint,
-                     max_splits_per_batch, max_rows_per_second, max_mb_per_second, progress, overwrite,
-                     single_writer, lease_s, started)
+        return Copy(settings, runner, progress).run(started)
     finally:
         runner.close()
 
 
-def _copy(engine: Engine, connector: str, source_options: Mapping[str, str], output: str, format: str,
-          bucketer: str, sink_options: Mapping[str, str] | None, checkpoint: str | None, max_splits_per_batch: int,
-          max_rows_per_second: float, max_mb_per_second: float, progress: Progress | None, overwrite: bool,
-          single_writer: bool, lease_s: float, started: float) -> CopySummary:
-    output = location("option 'output'", output)
-    checkpoint = location("option 'checkpoint'", checkpoint or default_checkpoint(output))
-    framework_raw = {"connector": connector}
-    for key, value in (("max_splits_per_batch", max_splits_per_batch), ("max_rows_per_second", max_rows_per_second),
-                       ("max_mb_per_second", max_mb_per_second)):
-        if value:
-            framework_raw[key] = str(value)
-    read_options = {**{k.lower(): str(v) for k, v in source_options.items()}, **framework_raw}
-    sink_raw = {"format": format, "bucketer": bucketer, **{k.lower(): str(v) for k, v in (sink_options or {}).items()},
-                "path": output}
-    sink = parse_sink_options(sink_raw)
-    check_paths(output, checkpoint)
-    _, source = build_source(read_options)
-    schema = source.schema()  # connects now: a missing table or an unreachable host fails here, in one line
-    table = sink.committer().table
-    if table is not None:  # partition columns a table cannot hold fail now, not in a task
-        table.check_schema(schema, sink.make_bucketer().columns)
-    identity = {"version": 1, "connector": connector, "identity": source.identity(),
-                "source": source_fingerprint(source), "output": redact(output), "format": sink.format,
-                "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
-    if sink.table_format != "none":
-        identity["table_format"] = sink.table_format  # a resumed copy does not change the kind of output
-        identity["schema"] = [f"{f.name}: {f.type}" for f in schema]  # ...nor its table's schema
-        if overwrite:
-            raise OptionsError(f"--overwrite does not start a {sink.table_format} table over: the table keeps its "
-                               "history, which a copy may not delete; remove the table (its directory and "
-                               "<output>.bucketing) yourself, or copy to a new path")
-    origin = dict(source.origin())
-    if origin:
-        identity["origin"] = origin
-    if engine.name != "spark":
-        identity["engine"] = engine.name  # the engines' checkpoints differ: one engine's is refused by the other
-    committer = sink.committer()
-    records = _records_uri(output, sink, committer)
-    made = [p for p in (output, checkpoint, records) if not _exists(p)]
-    failed, locked = True, False
-    places = [(f"output {redact(output)}", records), (f"checkpoint {redact(checkpoint)}", checkpoint)]
-    checked = False
-    try:
-        check_one_writer(places, single_writer)
-        engine.check_storage(places)  # on a cluster: the executors see what this process sees, before any claim
-        checked = True
-    finally:
-        if not checked:
-            _remove_if_empty(made)
-    try:
-        with CopyLock(places, command=f"splitsource copy --engine {engine.name}", lease_s=lease_s) as lock:
-            locked = True
-            committer.fence = lock.check
-            if overwrite:
-                start_over(output, checkpoint, committer)
-            claimed = claim(output, checkpoint, identity, committer)
-            resumed = claimed.resumed
-            try:
-                _describe_output(sink, committer)
-                rows_before = committed_rows(committer)
-                run = CopyRun(source, read_options, sink_raw, committer, checkpoint, claimed.token,
-                              progress.update if progress is not None else None, rows_before)
-                result = finished_before(checkpoint, claimed.token, committer) if resumed else None
-                if result is None:  # a finished copy's re-run starts no engine (no JVM): it has nothing to do
-                    result = engine.run(run)
-                    mark_finished(checkpoint, claimed.token, committer, result)
-                splits, total, batches, stats = result.taken, result.total, result.batches, result.stats
-                unsized = result.unsized
-            except LeaseLostError:
-                raise  # what it made is the copy's that took over now: it touches nothing more
-            except BaseException:
-                undo_unstarted(output, checkpoint, claimed, committer)
-                raise
-        failed = False
-    finally:
-        if failed and locked:  # a copy refused by another's lock must not touch what that copy is making
-            _remove_if_empty(made)
+@dataclass(frozen=True)
+class CopySettings:
+    """A copy's options, checked once where they come in: the read tasks' options, the sink's, the two locations
+    (absolute) and how the copy takes its output."""
 
-    fs, _ = resolve_filesystem(output)
-    total_rows = committed_rows(committer)
-    files = committer.finished_files()
-    size = sum((e.size or 0) for e in (fs.info(p) for p in files) if e is not None)
-    rows = total_rows - rows_before
-    seconds = time.monotonic() - started
-    summary = CopySummary(rows, total_rows, len(files), size, splits, batches, seconds,
-                          rows / seconds if seconds > 0 else 0.0, resumed, redact(output), redact(checkpoint),
-                          stats.retries,
-                          round(stats.throttled_s, 3), dict(sorted(stats.split_rows.items())), stats.events,
-                          stats.event_details, unsized)
-    if progress is not None:
-        progress.update(splits, max(splits, total), rows, final=True)
-    committer.end_of_input(json.dumps(asdict(summary)).encode())
-    return summary
+    read_options: Mapping[str, str]  # the connector's and the framework's, lower-cased
+    sink_raw: Mapping[str, str]  # the bucketing sink's, ``path`` included
+    output: str
+    checkpoint: str
+    overwrite: bool = False
+    single_writer: bool = False
+    lease_s: float = DEFAULT_LEASE_S
 
 
+class Copy:
+    """One copy, built once from its settings: the source (connected: a missing table or an unreachable host fails
+    here, in one line), the sink and its committer; :meth:`run` takes its steps in order: check the table, name
+    the copy, check its places, lock, claim (or overwrite), resume or run the engine, summarise."""
+
+    def __init__(self, settings: CopySettings, engine: Engine, progress: Progress | None) -> None:
+        self.settings, self.engine, self.progress = settings, engine, progress
+        self.sink = parse_sink_options(settings.sink_raw)
+        check_paths(settings.output, settings.checkpoint)
+        self.framework, self.source = build_source(settings.read_options)
+        self.schema = self.source.schema()
+        self.committer = self.sink.committer()
+        records = self.sink.metadata or sibling_uri(settings.output, META_SUFFIX)
+        self.places = [(f"output {redact(settings.output)}", records),
+                       (f"checkpoint {redact(settings.checkpoint)}", settings.checkpoint)]
+
+    def run(self, started: float) -> CopySummary:
+        table = self.committer.table
+        if table is not None:  # partition columns a table cannot hold fail now, not in a task
+            table.check_schema(self.schema, self.sink.make_bucketer().columns)
+        identity = self.identity()
+        made = [p for p in (self.settings.output, self.settings.checkpoint, self.places[0][1]) if not _exists(p)]
+        self.check_places(made)
+        failed, locked = True, False
+        try:
+            with CopyLock(self.places, command=f"splitsource copy --engine {self.engine.name}",
+                          lease_s=self.settings.lease_s) as lock:
+                locked = True
+                self.committer.fence = lock.check
+                claimed, result, rows_before = self.owned_run(identity)
+            failed = False
+        finally:
+            if failed and locked:  # a copy refused by another's lock must not touch what that copy is making
+                _remove_if_empty(made)
+        return self.summary(result, claimed.resumed, rows_before, started)
+
+    def identity(self) -> dict[str, Any]:
+        """What makes this copy this copy: a checkpoint of another is refused."""
+        sink, source = self.sink, self.source
+        identity: dict[str, Any] = {
+            "version": 1, "connector": self.framework.connector, "identity": source.identity(),
+            "source": source_fingerprint(source), "output": redact(self.settings.output), "format": sink.format,
+            "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
+        if sink.table_format != "none":
+            identity["table_format"] = sink.table_format  # a resumed copy does not change the kind of output
+            identity["schema"] = [f"{f.name}: {f.type}" for f in self.schema]  # ...nor its table's schema
+            if self.settings.overwrite:
+                raise OptionsError(f"--overwrite does not start a {sink.table_format} table over: the table keeps "
+                                   "its history, which a copy may not delete; remove the table (its directory and "
+                                   "<output>.bucketing) yourself, or copy to a new path")
+        origin = dict(source.origin())
+        if origin:
+            identity["origin"] = origin
+        if self.engine.name != "spark":
+            identity["engine"] = self.engine.name  # the engines' checkpoints differ: one's is refused by the other
+        return identity
+
+    def check_places(self, made: list[str]) -> None:
+        """One writer per place, and (on a cluster) executors that see what this process sees: before any claim.
+        The directories this checking made are removed again if it fails."""
+        checked = False
+        try:
+            check_one_writer(self.places, self.settings.single_writer)
+            self.engine.check_storage(self.places)
+            checked = True
+        finally:
+            if not checked:
+                _remove_if_empty(made)
+
+    def owned_run(self, identity: dict[str, Any]) -> tuple[Claim, EngineResult, int]:
+        """Holding the lock: overwrite or claim the output, then resume or run; a copy that fails before its first
+        commit leaves nothing half-made."""
+        output, checkpoint, committer = self.settings.output, self.settings.checkpoint, self.committer
+        if self.settings.overwrite:
+            start_over(output, checkpoint, committer)
+        claimed = claim(output, checkpoint, identity, committer)
+        try:
+            _describe_output(self.sink, committer)
+            rows_before = committed_rows(committer)
+            return claimed, self.run_engine(claimed), rows_before
+        except LeaseLostError:
+            raise  # what it made is the copy's that took over now: it touches nothing more
+        except BaseException:
+            undo_unstarted(output, checkpoint, claimed, committer)
+            raise
+
+    def run_engine(self, claimed: Claim) -> EngineResult:
+        """The engine's run, or a finished copy's result (its re-run starts no engine, no JVM: nothing to do)."""
+        checkpoint, committer = self.settings.checkpoint, self.committer
+        result = finished_before(checkpoint, claimed.token, committer) if claimed.resumed else None
+        if result is None:
+            run = CopyRun(self.source, self.framework, self.settings.read_options, self.settings.sink_raw,
+                          committer, checkpoint, claimed.token,
+                          self.progress.update if self.progress is not None else None)
+            result = self.engine.run(run)
+            mark_finished(checkpoint, claimed.token, committer, result)
+        return result
+
+    def summary(self, result: EngineResult, resumed: bool, rows_before: int, started: float) -> CopySummary:
+        """What the copy reports, written into ``_SUCCESS`` as it is marked finished."""
+        committer, stats = self.committer, result.stats
+        total_rows = committed_rows(committer)
+        files = committer.finished_files()
+        size = sum((e.size or 0) for e in (committer.fs.info(p) for p in files) if e is not None)
+        rows, seconds = total_rows - rows_before, time.monotonic() - started
+        summary = CopySummary(rows, total_rows, len(files), size, result.taken, result.batches, seconds,
+                              rows / seconds if seconds > 0 else 0.0, resumed, redact(self.settings.output),
+                              redact(self.settings.checkpoint), stats.retries, round(stats.throttled_s, 3),
+                              dict(sorted(stats.split_rows.items())), stats.events, stats.event_details,
+                              result.unsized)
+        if self.progress is not None:
+            self.progress.update(result.taken, max(result.taken, result.total), rows, final=True)
+        committer.end_of_input(json.dumps(asdict(summary)).encode())
+        return summary
 
 
 def _latest_stream_seq(committer: BucketingGlobalCommitter) -> int:
@@ -350,15 +391,6 @@ def finished_before(checkpoint: str, token: str, committer: BucketingGlobalCommi
         return EngineResult(int(marker["taken"]), int(marker["total"]), 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no marker (or an unreadable one): the engine decides
-
-
-def _records_uri(output: str, sink: BucketingSinkOptions, committer: BucketingGlobalCommitter) -> str:
-    """The URI of the output's records (where the lock is taken), with the output's parameters."""
-    if sink.metadata:
-        return sink.metadata
-    if committer.meta == join(committer.base, META_DIR):  # an output of an earlier release
-        return child_uri(output, META_DIR)
-    return sibling_uri(output, META_SUFFIX)
 
 
 def committed_rows(committer: BucketingGlobalCommitter) -> int:

@@ -23,7 +23,7 @@ from splitsource._fs import is_uri, resolve_filesystem
 from splitsource._planning import concurrent_readers
 from splitsource.copyjob._coordinator import Batch, run_batches
 from splitsource.copyjob._failures import failure
-from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome, copy_writer_id
+from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome
 
 __all__ = ["LOCAL_DIR", "LocalEngine"]
 
@@ -160,8 +160,6 @@ def _run_copy(run: CopyRun, workers: int) -> EngineResult:
     sink_raw = {"buffer_mb": WORKER_BUFFER_MB, **run.sink_raw}  # a user's buffer_mb wins
     try:
         # started before the first batch is planned: their start-up (a Python, its imports) overlaps the planning
-        return run_batches(run.read_options, sink_raw, run.committer, run.checkpoint, _Workers(workers, log),
-                           run.progress, query_id=f"local-{run.token}", directory=LOCAL_DIR, parallelism=workers,
-                           writer_id=copy_writer_id(run.token))
+        return run_batches(replace(run, sink_raw=sink_raw), _Workers(workers, log), LOCAL_DIR, parallelism=workers)
     except LocalCopyFailed as exc:
         raise failure(str(exc), exc.detail or str(exc), run.checkpoint) from None

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from splitsource._api import Source, Split
-from splitsource._planning import TaskEnvironment
+from splitsource._planning import FrameworkOptions, TaskEnvironment
 from splitsource.runtime._read import read_splits
 from splitsource.runtime._source_reader import MAX_EVENTS, ReaderMetrics
 from splitsource.sink._committer import BucketingGlobalCommitter
@@ -63,17 +63,18 @@ def copy_writer_id(token: str) -> str:
 
 @dataclass(frozen=True)
 class CopyRun:
-    """What the copy job hands an engine once it owns the output: the source, its options and the sink's, the
-    committer (fenced by the copy's lease), the checkpoint, the copy's token, and where progress goes."""
+    """What the copy job hands an engine once it owns the output: the source (built once, in this process) with
+    its framework options, the options the read tasks build their own from, the sink's, the committer (fenced by
+    the copy's lease), the checkpoint, the copy's token, and where progress goes."""
 
     source: Source[Any, Any, Any, Any]
-    read_options: Mapping[str, str]  # the connector's options and the framework's
+    framework: FrameworkOptions
+    read_options: Mapping[str, str]  # the connector's options and the framework's, for the read tasks
     sink_raw: Mapping[str, str]  # the bucketing sink's options, ``path`` included
     committer: BucketingGlobalCommitter
     checkpoint: str
     token: str  # the copy's ownership token: its query id in the output's commit log
     progress: ProgressFn | None
-    rows_before: int  # rows committed by earlier runs of the copy
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from splitsource.sink._bucketers import (
 )
 from splitsource.sink._committer import (
     COMMIT_RECORD_SERIALIZER,
-    META_DIR,
     BucketingGlobalCommitter,
     CommitRecord,
     FileCommitter,
@@ -38,7 +37,6 @@ from splitsource.sink.formats.jsonl import encode_json_lines
 __all__ = [
     "COMMIT_RECORD_SERIALIZER",
     "FORMATS",
-    "META_DIR",
     "PENDING_FILE_SERIALIZER",
     "TABLE_FORMATS",
     "WRITER_STATE_SERIALIZER",

@@ -51,7 +51,6 @@ from splitsource.sink._tables import TableFormat, publish
 __all__ = [
     "COMMIT_RECORD_SERIALIZER",
     "LOCK_FILE",
-    "META_DIR",
     "META_SUFFIX",
     "ORPHAN_AGE_S",
     "OWNER_FILE",
@@ -65,7 +64,6 @@ __all__ = [
 log = logging.getLogger("splitsource.sink")
 
 META_SUFFIX = ".bucketing"  # the sink's records: <base>.bucketing, beside the output
-META_DIR = "_bucketing"  # where outputs written before that keep them: <base>/_bucketing, inside the output
 OWNER_FILE = "owner.json"  # in the records: the copy that owns the output (splitsource.copyjob._ownership)
 LOCK_FILE = "lock.json"  # in the records: a running copy
 QUERIES_DIR = "queries"  # in the records: <query>.json, the last batch each streaming query committed
@@ -100,17 +98,11 @@ def check_metadata(path: str, explicit: str = "") -> None:
 def metadata_location(path: str, explicit: str = "") -> tuple[Store, str, str]:
     """``(store, base, meta)`` of the output ``path``: where its data files go and where the sink keeps its
     records. ``explicit`` (the ``metadata`` option) names the records' place; by default they are the output's
-    sibling ``<path>.bucketing``, or ``<path>/_bucketing`` for an output that already keeps them there (written
-    by an earlier release). The records share the output's store: one client writes both."""
+    sibling ``<path>.bucketing``. The records share the output's store: one client writes both."""
     check_metadata(path, explicit)
     fs, base = resolve_filesystem(path)
-    meta = resolve_filesystem(explicit)[1].rstrip("/") if explicit else _default_meta(fs, base)
+    meta = resolve_filesystem(explicit)[1].rstrip("/") if explicit else base.rstrip("/") + META_SUFFIX
     return fs, base, meta
-
-
-def _default_meta(fs: Store, base: str) -> str:
-    legacy = join(base, META_DIR)
-    return legacy if fs.is_dir(legacy) else base.rstrip("/") + META_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -258,7 +250,7 @@ class BucketingGlobalCommitter:
     def __post_init__(self) -> None:
         self.fs = as_store(self.fs)
         self.base = self.base.rstrip("/") or self.base
-        self.meta = self.meta or _default_meta(self.fs, self.base)
+        self.meta = self.meta or self.base.rstrip("/") + META_SUFFIX
         self._committer = FileCommitter(self.fs, self.base, self.names)
         self._log = join(self.meta, "log")
         self._queries = join(self.meta, QUERIES_DIR)

@@ -12,10 +12,6 @@ the copy's own process, offsets in ``<checkpoint>/spark/offsets/``) with Spark r
 A plain Spark job, not a streaming query: Spark's streaming machinery starts a Python worker for each step a
 Python source takes (looking the source up, its schema, its offsets, its planning) one after another before a
 batch's first task, 1-2 s each on a small machine; here the only Python workers are the read tasks'.
-
-A checkpoint of an earlier release, whose Spark engine ran a streaming query (Spark's ``metadata``, ``offsets/``
-and ``commits/`` in the checkpoint), is continued: its batches are named by Spark's query id in the output's
-commit log, and the offset of its last batch is read from Spark's ``offsets/``.
 """
 
 from __future__ import annotations
@@ -36,13 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import splitsource.spark._jvm as _jvm
-from splitsource._errors import CheckpointError, OptionsError
+from splitsource._errors import OptionsError
 from splitsource._fs import child_uri, resolve_filesystem
-from splitsource._offsets import START_OVER
 from splitsource._planning import concurrent_readers, pack_for
-from splitsource.copyjob._coordinator import Batch, OffsetLookup, parse_offset, run_batches
+from splitsource.copyjob._coordinator import Batch, run_batches
 from splitsource.copyjob._failures import failure, root_cause
-from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome, TaskSpec, copy_writer_id
+from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome, TaskSpec
 from splitsource.copyjob._signals import deferred
 
 __all__ = ["SPARK_DIR", "SparkEngine", "SparkTasks", "TaskProgress", "start_session", "stop_session"]
@@ -253,16 +248,12 @@ MASTER_URL = re.compile(r"local(\[[0-9*]+(,[0-9]+)?\])?|local-cluster\[[0-9, ]+\
 
 def _run_copy(run: CopyRun, master: str, spark: Any) -> EngineResult:
     """Run the copy with Spark's tasks on ``spark`` (or a session of its own on ``master``, stopped after)."""
-    earlier = _earlier_offsets(run.checkpoint)
-    query_id = streaming_query_id(run.checkpoint) if earlier is not None else f"spark-{run.token}"
     # the first copy of a machine records the driver JVM's class archive beside its own work, once its session is
     # up (splitsource.spark._jvm): every later copy's session starts from it, about 1.5 s sooner
     recording = _jvm.recorder() if spark is None and "PYSPARK_SUBMIT_ARGS" not in os.environ else None
     tasks = SparkTasks(run.checkpoint, master, spark, after_start=recording.start if recording else None)
     try:
-        result = run_batches(run.read_options, run.sink_raw, run.committer, run.checkpoint, tasks, run.progress,
-                             query_id=query_id, directory=SPARK_DIR, earlier_offset=earlier,
-                             writer_id=copy_writer_id(run.token))
+        result = run_batches(run, tasks, SPARK_DIR)
     except BaseException:
         if recording is not None:
             recording.stop()
@@ -402,37 +393,6 @@ def _pass_on(stream: Any) -> None:
         except OSError:
             pass
     stream.close()
-
-
-def streaming_query_id(checkpoint: str) -> str:
-    """The id Spark kept in ``<checkpoint>/metadata`` for the streaming query of an earlier release's Spark engine,
-    which names that copy's batches in the output's commit log."""
-    fs, base = resolve_filesystem(checkpoint)
-    try:
-        return str(json.loads(fs.read_text(f"{base}/metadata").splitlines()[0])["id"])
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise CheckpointError(f"checkpoint {checkpoint}: Spark's query metadata cannot be read ({exc}); "
-                              f"{START_OVER}") from None
-
-
-def _earlier_offsets(checkpoint: str) -> OffsetLookup | None:
-    """For a checkpoint of an earlier release's Spark engine (a Spark streaming checkpoint: ``metadata``), the
-    offsets Spark logged in ``offsets/<batch>`` (its version line, the batch's metadata, then the source's offset);
-    None for any other checkpoint."""
-    fs, base = resolve_filesystem(checkpoint)
-    if not fs.is_file(f"{base}/metadata"):
-        return None
-
-    def lookup(batch: int) -> dict[str, Any] | None:
-        path = f"{base}/offsets/{batch}"
-        if not fs.is_file(path):
-            return None
-        lines = [line for line in fs.read_text(path).splitlines() if line.startswith("{")]
-        if len(lines) < 2:
-            raise CheckpointError(f"Spark's offset {checkpoint}/offsets/{batch} is corrupt; {START_OVER}")
-        return parse_offset(lines[-1], f"{checkpoint}/offsets/{batch}")
-
-    return lookup
 
 
 def _clear_reports(directory: str, batch: int) -> None:

@@ -75,11 +75,8 @@ class InlineEngine:
 
     def run(self, run: Any) -> Any:
         from splitsource.copyjob._coordinator import run_batches
-        from splitsource.copyjob._protocol import copy_writer_id
 
-        return run_batches(run.read_options, run.sink_raw, run.committer, run.checkpoint, InlineTasks(),
-                           run.progress, query_id=f"{self.name}-{run.token}", directory=self.name,
-                           writer_id=copy_writer_id(run.token))
+        return run_batches(run, InlineTasks(), self.name)
 
     def close(self) -> None:
         pass

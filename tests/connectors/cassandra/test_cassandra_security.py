@@ -20,8 +20,8 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from tests.pki import PASSWORD, PKI, make_ca, make_pki
 from tests.fixtures import ROOT
+from tests.pki import PASSWORD, PKI, make_ca, make_pki
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 INDEXES = range(60, 70)  # the node's address: the first free one (conftest.free_loopback_block)

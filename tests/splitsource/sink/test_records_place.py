@@ -49,13 +49,6 @@ def test_the_metadata_option_names_the_records_place(tmp_path: Path) -> None:
     assert not (tmp_path / "data" / "out.bucketing").exists()
 
 
-def test_an_output_of_an_earlier_release_keeps_its_records_inside(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    (out / "_bucketing" / "log").mkdir(parents=True)
-    _write(out)
-    assert list((out / "_bucketing" / "log").glob("*.commit")) and not (tmp_path / "out.bucketing").exists()
-
-
 @pytest.mark.parametrize(("path", "metadata", "message"), [
     ("s3://lake", "", r"path='s3://lake' is a root \(of a disk or of a bucket\).*metadata option"),
     ("/", "", r"path='/' is a root"),

@@ -1,12 +1,11 @@
 """The Spark engine of ``splitsource copy``: the coordinator with Spark's tasks (no streaming query), its live
-progress, a failing task, and a checkpoint begun by an earlier release's streaming engine."""
+progress, and a failing task."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,45 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 import pytest
 
 from tests.splitsource.copyjob.test_copy import committed_rows, finished, run
 
 pytestmark = [pytest.mark.spark]
-LEGACY = Path(__file__).resolve().parents[2] / "golden" / "spark-streaming-checkpoint"
 
 
 def ids(out: Path) -> list[int]:
     """The ``id`` column as pyarrow's dataset reader reads the output's finished files."""
     files = sorted(str(out / f) for f in finished(out))
     return sorted(ds.dataset(files, format="parquet").to_table(columns=["id"]).column("id").to_pylist())
-
-
-def test_a_copy_begun_by_the_streaming_engine_of_an_earlier_release_finishes_exact(tmp_path: Path) -> None:
-    """The fixture is what release e9afadd's Spark engine (a streaming query) left: batches 0 and 1 (rows 0-19)
-    committed under Spark's query id, batch 2 logged in Spark's ``offsets/2`` and failed (an injected fault, not
-    part of the copy's identity), an orphan in-progress file. The re-run replays batch 2 from Spark's offset."""
-    shutil.copytree(LEGACY, tmp_path, dirs_exist_ok=True)
-    for name in ("out.checkpoint/splitsource-copy.json", "out/_bucketing/owner.json"):
-        path = tmp_path / name
-        path.write_text(path.read_text().replace("/tmp/legacy", str(tmp_path)))
-    out = tmp_path / "out"
-    assert committed_rows(out) == 20 and list(out.glob("_part-*.in-progress"))
-    gen = ["--connector", "generator", "-o", "rows=30", "-o", "split_rows=10", "-o", "columns=id:bigint,name:string?"]
-    result = run(["copy", *gen, "--max-splits-per-batch", "1", "--output", str(out), "--quiet"])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "copy finished: 30 rows" in result.stdout and "this run: 10 rows in 1 batches" in result.stdout, \
-        result.stdout
-    assert ids(out) == list(range(30)), "rows lost or duplicated across the two releases"
-    assert not [p for p in out.rglob("*") if p.name.endswith((".in-progress", ".pending"))]
-    from splitsource.sink import BucketingGlobalCommitter, PartNames
-
-    committer = BucketingGlobalCommitter(pafs.LocalFileSystem(), str(out), PartNames())
-    spark_id = (tmp_path / "out.checkpoint" / "metadata").read_text().split('"')[3]
-    assert committer.last_stream_batch(spark_id) == 2, "the batch is not named as the earlier release named them"
-    check = run(["verify", *gen, "--output", str(out)])
-    assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr
 
 
 def test_a_failing_spark_task_is_one_line_and_commits_nothing_of_its_batch(tmp_path: Path) -> None:
