@@ -179,8 +179,11 @@ def report(args: argparse.Namespace, times: dict[str, dict[str, list[float]]],
         print(f"{'met ' if met else 'MISS'} {goal}: {text}")
     command = f".venv/bin/python bench/bench_postgres.py --repeat {args.repeat} --sizes {args.sizes}" + (
         f" --only {args.only}" if args.only else "")
+    results = {f"{table} {method}": {"median_s": round(value, 2), "vs_local": ratios.get(table, {}).get(method, 0),
+                                     "peak_mb": peaks[table][method]}
+               for table, by in medians.items() for method, value in sorted(by.items(), key=lambda kv: kv[1])}
     record("postgres", command, seconds=times, median_s=medians, ratio_to_local=ratios, peak_rss_mb=peaks,
-           goals={goal: {"met": met, "measured": text} for goal, (met, text) in goals.items()})
+           goals={goal: {"met": met, "measured": text} for goal, (met, text) in goals.items()}, results=results)
     return 0
 
 

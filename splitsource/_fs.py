@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from splitsource._errors import OptionsError
+from splitsource._names import TEMPORARY
 from splitsource._s3 import for_filesystem, uploads_for
 
 __all__ = [
@@ -134,12 +135,11 @@ _URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)([^?#]*)(\?[^#]*)?$")
 _SECRET_KEYS = ("secret", "password", "token", "credential", "key")
 
 
-_TMP = ".tmp-"  # a temporary of Store.write: .<name>.tmp-<hex>
 
 
 def is_temporary(name: str) -> bool:
     """Whether a file name is a temporary :meth:`Store.write` writes before its rename (left behind by a crash)."""
-    return name.startswith(".") and _TMP in name and name.rsplit(_TMP, 1)[1].isalnum()
+    return name.startswith(".") and TEMPORARY in name and name.rsplit(TEMPORARY, 1)[1].isalnum()
 
 
 def is_uri(text: str) -> bool:
@@ -292,7 +292,7 @@ class Store:
                 stream.write(data)
             return
         directory, name = os.path.split(path)
-        tmp = os.path.join(directory, f".{name}{_TMP}{uuid.uuid4().hex[:12]}")
+        tmp = os.path.join(directory, f".{name}{TEMPORARY}{uuid.uuid4().hex[:12]}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)

@@ -1,7 +1,7 @@
 """Offsets of a bounded source read in batches of splits: the checkpoint of Spark's streaming reader and of the
 local copy engine alike (step 1 of the batch protocol, see :mod:`splitsource.copyjob._protocol`).
 
-An offset is a JSON dict that carries everything needed to replay its batch after a crash. Version 2:
+An offset is a JSON dict that carries everything needed to replay its batch after a crash. Version 1:
 
 - ``plan``: the digest of the read's *plan*, the enumerator's serialized state before its first split. The plan is
   written once, to ``<plan_location>/<digest>.plan`` (the framework option ``plan_location``; the copy job's is
@@ -15,9 +15,7 @@ An offset is a JSON dict that carries everything needed to replay its batch afte
 - ``source``: a fingerprint of the source's identity: a checkpoint of another source is refused.
 
 Between batches the enumerator stays alive in the process that plans (Spark's long-lived Python worker of the
-stream, the local engine's coordinator), so it is restored from the plan only after a restart. Version 1 offsets
-(the whole enumerator state in every offset, as ``state``) are still read, and a copy started with them goes on
-writing them.
+stream, the local engine's coordinator), so it is restored from the plan only after a restart.
 """
 
 from __future__ import annotations
@@ -34,12 +32,12 @@ from serializers import SerializationError, read_envelope, write_envelope
 from splitsource._api import FixedEnumeratorContext, Source, Split, SplitEnumerator
 from splitsource._errors import CheckpointError
 from splitsource._fs import redact, resolve_filesystem
+from splitsource._names import PLAN_SUFFIX
 from splitsource._planning import BatchLimit
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 
 __all__ = [
     "OFFSET_VERSION",
-    "PLANS_DIR",
     "PlanStore",
     "UNSIZED_SPLITS_PER_BATCH",
     "check_offset",
@@ -52,10 +50,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-OFFSET_VERSION = 2
-_READ_VERSIONS = (1, 2)
-PLAN_SUFFIX = ".plan"
-PLANS_DIR = "plans"  # in a copy's checkpoint
+OFFSET_VERSION = 1
 INLINE_PLAN_WARNING_BYTES = 64 * 1024
 
 
@@ -261,8 +256,6 @@ def next_offset(source: Source[Any, Any, Any, Any], fingerprint: str, start: Map
     """The offset after the next batch: splits taken from the enumerator at ``start`` up to ``limit`` (at least
     one split). None when the enumerator has no split left: the bounded source is done."""
     check_offset(start, fingerprint)
-    if start["version"] == 1:
-        return _next_offset_v1(source, fingerprint, start, parallelism, limit)
     store = store or PlanStore()
     try:
         key = (fingerprint, str(start["plan"]), int(start["taken"]))
@@ -289,28 +282,6 @@ def next_offset(source: Source[Any, Any, Any, Any], fingerprint: str, start: Map
     return end
 
 
-def _next_offset_v1(source: Source[Any, Any, Any, Any], fingerprint: str, start: Mapping[str, Any],
-                    parallelism: int, limit: BatchLimit) -> dict[str, Any] | None:
-    """A version 1 checkpoint goes on as it began: the whole enumerator state in every offset."""
-    try:
-        state = enumerator_state_from_bytes(source, base64.b64decode(start["state"], validate=True))
-        taken = int(start["taken"])
-    except (SerializationError, ValueError, KeyError, TypeError) as exc:
-        raise _unreadable(exc) from None
-    enumerator = source.restore_enumerator(FixedEnumeratorContext(parallelism), state)
-    enumerator.start()
-    try:
-        batch = _take(enumerator, limit)
-        if not batch:
-            return None
-        new_state = enumerator_state_to_bytes(source, enumerator.snapshot_state())
-    finally:
-        enumerator.close()
-    serializer = source.split_serializer()
-    return {"version": 1, "source": fingerprint, "taken": taken + len(batch), "total": start.get("total", -1),
-            "state": _b64(new_state), "batch": [_b64(write_envelope(serializer, s)) for s in batch]}
-
-
 def offset_splits(source: Source[Any, Any, Any, Any], offset: Mapping[str, Any]) -> list[Split]:
     """The splits of the batch that ends at ``offset``, exactly as they were taken."""
     serializer = source.split_serializer()
@@ -329,22 +300,18 @@ def validated(offset: Any) -> dict[str, Any]:
         int(offset["taken"])
         if offset.get("total") is not None:
             int(offset["total"])
-        if offset.get("version") == 1:
-            base64.b64decode(offset["state"], validate=True)
-        else:
-            plan = offset["plan"]
-            if not (isinstance(plan, str) and len(plan) == 32 and all(c in "0123456789abcdef" for c in plan)):
-                raise ValueError(f"plan {plan!r} is not a digest")
-            if "plan_state" in offset:
-                base64.b64decode(offset["plan_state"], validate=True)
+        plan = offset["plan"]
+        if not (isinstance(plan, str) and len(plan) == 32 and all(c in "0123456789abcdef" for c in plan)):
+            raise ValueError(f"plan {plan!r} is not a digest")
+        if "plan_state" in offset:
+            base64.b64decode(offset["plan_state"], validate=True)
         return dict(offset)
     except (ValueError, KeyError, TypeError) as exc:
         raise _unreadable(exc) from None
 
 
 def check_offset(offset: Any, fingerprint: str) -> None:
-    if not isinstance(offset, Mapping) or offset.get("version") not in _READ_VERSIONS or not (
-            "state" in offset if offset.get("version") == 1 else "plan" in offset):
+    if not isinstance(offset, Mapping) or offset.get("version") != OFFSET_VERSION or "plan" not in offset:
         raise CheckpointError("the checkpoint holds an offset splitsource did not write (or a newer release "
                               "wrote): use another checkpoint location")
     if offset.get("source") != fingerprint:

@@ -159,15 +159,17 @@ def load_connector(name: str) -> type[Source[Any, Any, Any, Any]]:
     return source_class
 
 
+def framework_options(options: Mapping[str, str]) -> FrameworkOptions:
+    """The framework's own options among ``options``."""
+    lowered = {k.lower(): str(v) for k, v in options.items()}
+    return parse_options(FrameworkOptions, {k: v for k, v in lowered.items() if k in FRAMEWORK_KEYS},
+                         context="format('splitsource')")
+
+
 def build_source(options: Mapping[str, str]) -> tuple[FrameworkOptions, Source[Any, Any, Any, Any]]:
     """Split options into the framework's and the connector's, and build the connector's Source."""
-    lowered = {k.lower(): str(v) for k, v in options.items()}
-    framework = parse_options(
-        FrameworkOptions,
-        {k: v for k, v in lowered.items() if k in FRAMEWORK_KEYS},
-        context="format('splitsource')",
-    )
-    connector_options = {k: v for k, v in lowered.items() if k not in RESERVED_OPTIONS}
+    framework = framework_options(options)
+    connector_options = {k.lower(): str(v) for k, v in options.items() if k.lower() not in RESERVED_OPTIONS}
     return framework, load_connector(framework.connector)(connector_options)
 
 

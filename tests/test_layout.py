@@ -207,3 +207,31 @@ def test_the_documented_layout_is_the_real_one() -> None:
     assert _documented_layout() == real
     cassandra = {f"cassandra/{p.name}" for p in (ROOT / "connectors" / "cassandra").glob("*.py")}
     assert {n for n in _documented_layout("connectors/") if n.startswith("cassandra/")} == cassandra
+
+
+def _functions(folder: str) -> list[tuple[str, int, int]]:
+    """``(module:function, lines of code after its docstring, parameters besides self)`` for every function."""
+    found = []
+    for path in sorted((ROOT / folder).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+            lines = (node.body[-1].end_lineno or 0) - body[0].lineno + 1 if body else 0
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *([a.vararg] if a.vararg else []),
+                      *([a.kwarg] if a.kwarg else [])]
+            if params and params[0].arg in ("self", "cls"):
+                params = params[1:]
+            found.append((f"{path.stem}:{node.name}", lines + 1, len(params)))  # + the def line
+    return found
+
+
+def test_the_copy_job_reads_as_short_steps() -> None:
+    """No function of the copy job runs past 40 lines of code (its docstring aside), and none but the public
+    ``copy()`` and ``verify()`` takes more than 6 parameters."""
+    functions = _functions("splitsource/copyjob")
+    assert len(functions) > 50  # the walk found the copy job's functions
+    assert [(name, lines) for name, lines, _ in functions if lines > 40] == []
+    assert [(name, params) for name, _, params in functions
+            if params > 6 and name not in ("_job:copy", "_verify:verify")] == []

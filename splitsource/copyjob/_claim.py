@@ -12,17 +12,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from splitsource._errors import CheckpointError, OptionsError, OutputOwnedError
-from splitsource._fs import is_temporary, redact, resolve_filesystem
-from splitsource.copyjob._failures import ERROR_LOG
+from splitsource._fs import Entry, is_temporary, redact, resolve_filesystem
+from splitsource._names import (
+    ERROR_LOG,
+    FINISHED_FILE,
+    IDENTITY_FILE,
+    LOCK_BREAK,
+    LOCK_FILE,
+    OWNER_FILE,
+    SINK_DESCRIPTION,
+    VALID_LENGTH,
+)
 from splitsource.copyjob._ownership import new_token, read_owner, write_owner
-from splitsource.sink._committer import LOCK_FILE, BucketingGlobalCommitter
+from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PartNames, join
 
 __all__ = ["Claim", "IDENTITY_FILE", "check_paths", "claim", "start_over", "undo_unstarted"]
 
-IDENTITY_FILE = "splitsource-copy.json"
 
-FINISHED_FILE = "finished.json"  # the copy read its whole source (splitsource.copyjob._job)
 START_OVER = "option 'overwrite'"
 # the engines' directories in a checkpoint: a copy's progress
 _CHECKPOINT_PROGRESS = ("local", "spark")
@@ -95,23 +102,7 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
     found, progress = _read_identity(checkpoint)
     owner = read_owner(committer)
     if found is not None:
-        if found.get("origin") is not None and found.get("origin") != identity.get("origin"):
-            was, now = found["origin"], identity.get("origin") or {}
-            raise CheckpointError(
-                f"checkpoint {checkpoint} was made reading {_origin_text(was)}, and this copy reads "
-                f"{_origin_text(now)}: resuming would mix two sources in one output; point the copy at the cluster "
-                "it started from, or use another option 'checkpoint' and option 'output'")
-        differ = sorted(k for k in set(found) | set(identity) if k != "token" and found.get(k) != identity.get(k))
-        if differ == ["schema"]:
-            change = _schema_change(found.get("schema") or [], identity["schema"])
-            raise CheckpointError(f"the source's columns changed since this copy started ({change}): its table "
-                                  "keeps one schema; finish the copy from a source with the columns it started "
-                                  "with, or copy to a new path")
-        if differ:
-            raise CheckpointError(
-                f"checkpoint {checkpoint} belongs to another copy (it differs in: {', '.join(differ)}; it copies "
-                f"{found.get('identity')} to {found.get('output')} as {found.get('format')}); use another "
-                "option 'checkpoint', or re-run that copy")
+        _check_same_copy(checkpoint, found, identity)
     if owner is not None and (found is None or found.get("token") != owner["token"]):
         raise OutputOwnedError(
             f"output {output} belongs to another copy (its checkpoint is {owner.get('checkpoint')}, "
@@ -119,13 +110,7 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
             f"{owner.get('checkpoint')}, write to another option 'output', or start over with {START_OVER} "
             "(deletes what the output holds)", path=output)
     if found is not None and owner is not None:
-        lost = committer.lost_files()
-        if lost:
-            raise OutputOwnedError(
-                f"output {output} no longer holds that copy (the {len(lost)} file(s) it committed last are gone, "
-                f"e.g. {committer._relative(lost[0])}: it was deleted or replaced): resuming would skip rows it "
-                f"lacks; start over with {START_OVER}, or use another option 'output' and option 'checkpoint'",
-                path=output)
+        _check_still_there(output, committer)
         return Claim(str(found["token"]), True, False, False)
     if found is not None and found.get("token") and progress:
         raise OutputOwnedError(
@@ -143,6 +128,37 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
     write_owner(committer, {"token": token, "checkpoint": redact(checkpoint), "format": identity.get("format"),
                          "identity": identity.get("identity"), "created": _now()})
     return Claim(token, found is not None, found is None, True)
+
+
+def _check_same_copy(checkpoint: str, found: Mapping[str, Any], identity: Mapping[str, Any]) -> None:
+    """Refuse a checkpoint made by another copy: another source (``origin``), other columns, other options."""
+    if found.get("origin") != identity.get("origin"):
+        raise CheckpointError(
+            f"checkpoint {checkpoint} was made reading {_origin_text(found.get('origin') or {})}, and this copy "
+            f"reads {_origin_text(identity.get('origin') or {})}: resuming would mix two sources in one output; "
+            "point the copy at the cluster it started from, or use another option 'checkpoint' and option 'output'")
+    differ = sorted(k for k in set(found) | set(identity) if k != "token" and found.get(k) != identity.get(k))
+    if differ == ["schema"]:
+        change = _schema_change(found.get("schema") or [], identity["schema"])
+        raise CheckpointError(f"the source's columns changed since this copy started ({change}): its table keeps "
+                              "one schema; finish the copy from a source with the columns it started with, or copy "
+                              "to a new path")
+    if differ:
+        raise CheckpointError(
+            f"checkpoint {checkpoint} belongs to another copy (it differs in: {', '.join(differ)}; it copies "
+            f"{found.get('identity')} to {found.get('output')} as {found.get('format')}); use another "
+            "option 'checkpoint', or re-run that copy")
+
+
+def _check_still_there(output: str, committer: BucketingGlobalCommitter) -> None:
+    """Refuse to resume into an output whose last committed files are gone (deleted or replaced)."""
+    lost = committer.lost_files()
+    if lost:
+        raise OutputOwnedError(
+            f"output {output} no longer holds that copy (the {len(lost)} file(s) it committed last are gone, "
+            f"e.g. {committer._relative(lost[0])}: it was deleted or replaced): resuming would skip rows it "
+            f"lacks; start over with {START_OVER}, or use another option 'output' and option 'checkpoint'",
+            path=output)
 
 
 def _origin_text(origin: Mapping[str, Any]) -> str:
@@ -164,20 +180,8 @@ def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter
     fs, base = resolve_filesystem(checkpoint)
     out_fs, out_base = resolve_filesystem(output)
     checkpoint_entries = fs.list(base) if fs.is_dir(base) else []
-    foreign = [e.name for e in checkpoint_entries if e.name not in _CHECKPOINT_NAMES and not is_temporary(e.name)
-               and not e.name.startswith(f"{LOCK_FILE}.break-")]  # a lease's takeover marker
-    if foreign:
-        raise OptionsError(f"option 'overwrite': checkpoint {redact(checkpoint)} holds files splitsource copy did "
-                           f"not write ({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); "
-                           "move them away or use another option 'checkpoint'")
-    ours = _copy_names(committer)
     output_files = [e for e in out_fs.list(out_base, recursive=True) if not e.is_dir]
-    strangers = [e.path for e in output_files if not ours(e.path)]
-    if strangers:
-        shown = ", ".join(committer._relative(p) for p in sorted(strangers)[:3])
-        raise OptionsError(f"option 'overwrite': output {redact(output)} holds {len(strangers)} file(s) "
-                           f"splitsource copy does not write ({shown}{', ...' if len(strangers) > 3 else ''}); "
-                           "it deletes only a copy's own files: move them away or use another option 'output'")
+    _refuse_strangers(output, checkpoint, checkpoint_entries, output_files, committer)
     for entry in checkpoint_entries:
         if entry.name == LOCK_FILE:
             continue
@@ -199,6 +203,25 @@ def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter
                 out_fs.remove_empty_dirs(entry.path)  # bucket directories and the log, emptied above
 
 
+def _refuse_strangers(output: str, checkpoint: str, checkpoint_entries: list[Entry], output_files: list[Entry],
+                      committer: BucketingGlobalCommitter) -> None:
+    """``--overwrite`` deletes a copy's own files only: refuse, before deleting anything, if either place holds
+    another's."""
+    foreign = [e.name for e in checkpoint_entries if e.name not in _CHECKPOINT_NAMES and not is_temporary(e.name)
+               and not e.name.startswith(f"{LOCK_FILE}{LOCK_BREAK}")]  # a lease's takeover marker
+    if foreign:
+        raise OptionsError(f"option 'overwrite': checkpoint {redact(checkpoint)} holds files splitsource copy did "
+                           f"not write ({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); "
+                           "move them away or use another option 'checkpoint'")
+    ours = _copy_names(committer)
+    strangers = [e.path for e in output_files if not ours(e.path)]
+    if strangers:
+        shown = ", ".join(committer._relative(p) for p in sorted(strangers)[:3])
+        raise OptionsError(f"option 'overwrite': output {redact(output)} holds {len(strangers)} file(s) "
+                           f"splitsource copy does not write ({shown}{', ...' if len(strangers) > 3 else ''}); "
+                           "it deletes only a copy's own files: move them away or use another option 'output'")
+
+
 # what a copy's checkpoint holds (either engine): anything else in it is someone else's
 _CHECKPOINT_NAMES = frozenset({IDENTITY_FILE, LOCK_FILE, ERROR_LOG, FINISHED_FILE, "plans", "splits",
                                *_CHECKPOINT_PROGRESS})
@@ -210,7 +233,7 @@ def _copy_names(committer: BucketingGlobalCommitter) -> Callable[[str], bool]:
     fs, base = committer.fs, committer.base
     layouts = [committer.names]
     try:
-        found = json.loads(fs.read_text(join(committer.meta, "copy.json")))
+        found = json.loads(fs.read_text(join(committer.meta, SINK_DESCRIPTION)))
         layouts.append(PartNames(str(found["part_prefix"]), str(found["part_suffix"])))
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -222,7 +245,7 @@ def _copy_names(committer: BucketingGlobalCommitter) -> Callable[[str], bool]:
             return True
         if any(n.parse_transient(name) is not None for n in layouts):
             return True
-        if name.startswith("_") and name.endswith(".valid-length"):
+        if name.startswith("_") and name.endswith(VALID_LENGTH):
             return True
         return any(n.parse_finished(name) is not None for n in layouts)
 
@@ -242,5 +265,5 @@ def undo_unstarted(output: str, checkpoint: str, claimed: Claim, committer: Buck
             (fs.delete_dir if entry.is_dir else fs.delete)(entry.path)
     if claimed.created_owner:
         committer.sweep()
-        for name in ("owner.json", "copy.json"):
+        for name in (OWNER_FILE, SINK_DESCRIPTION):
             committer.fs.delete(join(committer.meta, name))

@@ -29,8 +29,8 @@ from serializers import write_envelope
 from splitsource._api import Split
 from splitsource._errors import CheckpointError, CopyError, LeaseLostError
 from splitsource._fs import child_uri, resolve_filesystem
+from splitsource._names import OFFSETS_DIR, PLANS_DIR
 from splitsource._offsets import (
-    PLANS_DIR,
     START_OVER,
     PlanStore,
     check_offset,
@@ -196,7 +196,7 @@ class _OffsetLog:
 
     def __init__(self, checkpoint: str, engine: str) -> None:
         self.fs, base = resolve_filesystem(checkpoint)
-        self.root = f"{base}/{engine}/offsets"
+        self.root = f"{base}/{engine}/{OFFSETS_DIR}"
         self.fs.make_dirs(self.root)
 
     def read(self, batch: int) -> dict[str, Any] | None:

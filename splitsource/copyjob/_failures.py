@@ -8,10 +8,10 @@ import re
 
 from splitsource._errors import CopyError
 from splitsource._fs import child_uri, redact, resolve_filesystem
+from splitsource._names import ERROR_LOG
 
 __all__ = ["ERROR_LOG", "failure", "root_cause"]
 
-ERROR_LOG = "splitsource-copy-error.log"  # in the checkpoint: the whole text of the last failure
 
 _EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Invalid|Timeout|Unavailable)\w*): (.+)$")

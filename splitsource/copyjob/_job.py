@@ -24,18 +24,18 @@ from typing import Any, TextIO
 
 from splitsource._errors import LeaseLostError, OptionsError
 from splitsource._fs import is_uri, redact, resolve_filesystem, sibling_uri
+from splitsource._names import FINISHED_FILE, RECORDS_SUFFIX, SINK_DESCRIPTION
 from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
 from splitsource._planning import build_source
-from splitsource.copyjob._claim import FINISHED_FILE, Claim, check_paths, claim, start_over, undo_unstarted
+from splitsource.copyjob._claim import Claim, check_paths, claim, start_over, undo_unstarted
 from splitsource.copyjob._ownership import DEFAULT_LEASE_S, CopyLock, check_one_writer
 from splitsource.copyjob._protocol import CopyRun, Engine, EngineResult
-from splitsource.sink._committer import META_SUFFIX, BucketingGlobalCommitter
+from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
 __all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "committed_rows", "copy"]
 
-SINK_DESCRIPTION = "copy.json"  # in the output's records: how verify reads the output back
 
 
 @dataclass(frozen=True)
@@ -265,7 +265,7 @@ class Copy:
         self.framework, self.source = build_source(settings.read_options)
         self.schema = self.source.schema()
         self.committer = self.sink.committer()
-        records = self.sink.metadata or sibling_uri(settings.output, META_SUFFIX)
+        records = self.sink.metadata or sibling_uri(settings.output, RECORDS_SUFFIX)
         self.places = [(f"output {redact(settings.output)}", records),
                        (f"checkpoint {redact(settings.checkpoint)}", settings.checkpoint)]
 

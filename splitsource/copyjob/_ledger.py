@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from splitsource._errors import CheckpointError
 from splitsource._fs import resolve_filesystem
+from splitsource._names import LEDGER_DIR
 
 __all__ = ["LEDGER_DIR", "SplitCount", "decode_counts", "encode_counts", "read_ledger", "split_counts",
            "write_batch"]
 
-LEDGER_DIR = "splits"
 _VERSION = 1
 
 

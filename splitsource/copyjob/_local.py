@@ -20,18 +20,41 @@ from typing import IO
 
 from splitsource._errors import LocalCopyFailed, OptionsError
 from splitsource._fs import is_uri, resolve_filesystem
+from splitsource._names import LOCAL_DIR, WORKERS_LOG
 from splitsource._planning import concurrent_readers
 from splitsource.copyjob._coordinator import Batch, run_batches
 from splitsource.copyjob._failures import failure
-from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome
+from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome, TaskSpec
 
 __all__ = ["LOCAL_DIR", "LocalEngine"]
 
-LOCAL_DIR = "local"  # in the checkpoint: offsets/<batch>, workers.log
 # One writer per core on one machine: each worker's default sink budget (the sink's own default, 128 MiB, is sized
 # for an executor task). 16 MiB keeps a Parquet row group near 100,000 rows of a typical table; measured on the
 # 1M-row benchmark table, the whole copy's peak fell from 712 MB to about 410 MB and it ran no slower.
 WORKER_BUFFER_MB = "16"
+
+
+class _Handout:
+    """A batch's splits, handed to the workers one per request, and the batch's progress from their requests."""
+
+    def __init__(self, encoded: list[bytes], workers: int, progress: Callable[[int, int], None]) -> None:
+        self._remaining = encoded[::-1]
+        self._rows = [0] * workers
+        self._holding = [0] * workers  # splits handed to each worker and not known to be finished
+        self._handed = 0
+        self._progress = progress
+        self._lock = threading.Lock()
+
+    def next(self, worker: int, rows: int) -> tuple[bytes | None, int]:
+        """The next split for ``worker``, which has written ``rows`` and finished every split it held (None: no
+        split left), and the number of splits handed out so far."""
+        with self._lock:
+            split = self._remaining.pop() if self._remaining else None
+            self._rows[worker] = rows
+            self._holding[worker] = 0 if split is None else 1
+            self._handed += 0 if split is None else 1
+            self._progress(self._handed - sum(self._holding), sum(self._rows))
+            return split, self._handed
 
 
 class _Workers:
@@ -51,51 +74,42 @@ class _Workers:
         """Run one batch: every worker takes the batch's task and asks for splits until none is left (so the work
         balances itself); ``progress(splits finished, rows written)`` after each request. Returns each worker's
         result."""
-        from splitsource.copyjob._worker import read_frame, write_frame
-
         # every worker asks for the batch's splits: as many read at once as there are splits, up to the pool
         readers = concurrent_readers(batch.framework, len(batch.splits), len(self._procs))
         task = replace(batch.task, readers=readers)
-        lock = threading.Lock()
-        remaining = [batch.encoded[s.split_id] for s in reversed(batch.splits)]
-        rows = [0] * len(self._procs)
-        holding = [0] * len(self._procs)  # splits handed to each worker and not known to be finished
-        handed = [0]
-
-        def one(index: int) -> TaskOutcome:
-            proc = self._procs[index]
-            assert proc.stdin is not None and proc.stdout is not None
-            current = -1
-            try:
-                write_frame(proc.stdin, replace(task, index=index))
-                while (message := read_frame(proc.stdout)) is not None and "next" in message:
-                    with lock:
-                        split = remaining.pop() if remaining else None
-                        rows[index] = int(message["rows"])
-                        holding[index] = 0 if split is None else 1
-                        handed[0] += 0 if split is None else 1
-                        progress(handed[0] - sum(holding), sum(rows))
-                    current = handed[0]
-                    write_frame(proc.stdin, {"split": split})
-            except OSError:
-                message = None
-            if message is None:
-                code = proc.wait()
-                raise LocalCopyFailed(f"a worker process died (exit code {code})"
-                                      + (f" while reading split {current} of the batch" if current > 0 else ""))
-            if "error" in message:
-                raise LocalCopyFailed(message["error"], detail=message.get("detail", ""))
-            outcome: TaskOutcome = message["ok"]
-            return outcome
-
+        handout = _Handout([batch.encoded[s.split_id] for s in batch.splits], len(self._procs), progress)
         with ThreadPoolExecutor(max_workers=len(self._procs)) as executor:
-            futures = [executor.submit(one, i) for i in range(len(self._procs))]
+            futures = [executor.submit(self._serve, i, replace(task, index=i), handout)
+                       for i in range(len(self._procs))]
             finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in finished if f.exception() is not None]
             if failed:
                 self.kill()  # the other workers' reads end at once; the batch is not committed
                 raise failed[0].exception()  # type: ignore[misc]
             return [f.result() for f in futures]
+
+    def _serve(self, index: int, task: TaskSpec, handout: _Handout) -> TaskOutcome:
+        """Hand worker ``index`` the task, then a split per request, until it reports its outcome."""
+        from splitsource.copyjob._worker import read_frame, write_frame
+
+        proc = self._procs[index]
+        assert proc.stdin is not None and proc.stdout is not None
+        current = -1
+        try:
+            write_frame(proc.stdin, task)
+            while (message := read_frame(proc.stdout)) is not None and "next" in message:
+                split, current = handout.next(index, int(message["rows"]))
+                write_frame(proc.stdin, {"split": split})
+        except OSError:
+            message = None
+        if message is None:
+            code = proc.wait()
+            raise LocalCopyFailed(f"a worker process died (exit code {code})"
+                                  + (f" while reading split {current} of the batch" if current > 0 else ""))
+        if "error" in message:
+            raise LocalCopyFailed(message["error"], detail=message.get("detail", ""))
+        outcome: TaskOutcome = message["ok"]
+        return outcome
 
     def kill(self) -> None:
         for proc in self._procs:
@@ -156,7 +170,7 @@ def _run_copy(run: CopyRun, workers: int) -> EngineResult:
     workers = workers or os.cpu_count() or 1
     fs, base = resolve_filesystem(run.checkpoint)
     fs.make_dirs(f"{base}/{LOCAL_DIR}")
-    log = f"{base}/{LOCAL_DIR}/workers.log" if not is_uri(run.checkpoint) else None
+    log = f"{base}/{LOCAL_DIR}/{WORKERS_LOG}" if not is_uri(run.checkpoint) else None
     sink_raw = {"buffer_mb": WORKER_BUFFER_MB, **run.sink_raw}  # a user's buffer_mb wins
     try:
         # started before the first batch is planned: their start-up (a Python, its imports) overlaps the planning

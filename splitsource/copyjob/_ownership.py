@@ -32,7 +32,8 @@ from typing import Any
 
 from splitsource._errors import CheckpointError, LeaseLostError, LockedError, OptionsError
 from splitsource._fs import Store, resolve_filesystem
-from splitsource.sink._committer import LOCK_FILE, OWNER_FILE, BucketingGlobalCommitter
+from splitsource._names import LOCK_BREAK, LOCK_FILE, OWNER_FILE
+from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import join
 
 __all__ = ["DEFAULT_LEASE_S", "CopyLock", "new_token", "read_owner", "write_owner"]
@@ -313,7 +314,7 @@ class CopyLock:
 def _marker(path: str, lock: Holder | _Torn, generation: int) -> str:
     """The file whose creation entitles one copy to remove the lock ``lock`` at ``path``."""
     name = lock.lease if isinstance(lock, Holder) else f"torn-{lock.mtime:.6f}"
-    return f"{path}.break-{name}" + (f"-{generation}" if generation else "")
+    return f"{path}{LOCK_BREAK}{name}" + (f"-{generation}" if generation else "")
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from splitsource.runtime._read import read_splits
 from splitsource.runtime._source_reader import MAX_EVENTS, ReaderMetrics
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PendingFile
-from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
+from splitsource.sink._options import parse_sink_options
 from splitsource.sink._writer import write_files
 
 __all__ = ["AskSplit", "CopyRun", "Engine", "EngineResult", "ProgressFn", "ReadStats", "TaskOutcome", "TaskReport",
@@ -167,7 +167,7 @@ def run_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
     versioned bytes) and write their rows into pending part files."""
     spec.environment.check()
     with _copy_memory_pool():
-        return _run_task(spec, ask)
+        return copy_task(spec, ask)
 
 
 @contextmanager
@@ -190,55 +190,33 @@ def _copy_memory_pool() -> Iterator[None]:
         pa.set_memory_pool(before)  # buffers keep the pool they came from: freeing them later stays right
 
 
-def _run_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
+def copy_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
+    """Read the splits ``ask`` hands out (their versioned bytes; None: no more) and write their rows, in the
+    source's own Arrow schema, into pending files of task ``spec.index``; ``spec.readers``: the copy's tasks that
+    run at once, sharing its read rate limit. Each request for a split reports the rows written so far. On any
+    failure the task's in-progress files are removed and the error propagates: nothing of it is committed."""
     from serializers import read_envelope
     from splitsource._planning import build_source
 
-    _, source = build_source(spec.options)
+    _, source = build_source(spec.options)  # once per task: its reader's, and its splits' serializer
     serializer = source.split_serializer()
-    rows = [0]
+    splits, rows, metrics = 0, 0, ReaderMetrics()
 
     def next_split() -> Split | None:
-        data = ask(rows[0])
+        nonlocal splits
+        data = ask(rows)
         if data is None:
             return None
+        splits += 1
         split: Split = read_envelope(serializer, data)
-        return split
-
-    def on_progress(splits: int, count: int, final: bool, metrics: ReaderMetrics) -> None:
-        rows[0] = count  # reported with the next request for a split
-
-    return copy_task(spec.options, parse_sink_options(spec.sink), next_split, spec.index, f"task-{spec.index}",
-                     on_progress, readers=spec.readers, writer_id=spec.writer)
-
-
-def copy_task(options: Mapping[str, str], sink: BucketingSinkOptions, next_split: Callable[[], Split | None],
-              index: int, name: str, on_progress: Callable[[int, int, bool, ReaderMetrics], None] | None = None,
-              *, readers: int = 1, writer_id: str = "") -> TaskOutcome:
-    """Read the splits ``next_split`` hands out (None: no more) and write their rows, in the source's own Arrow
-    schema, into pending files of task ``index``. ``on_progress(splits finished, rows read, final, metrics)`` after
-    each batch and once at the end; ``readers``: the copy's tasks that run at once, sharing its read rate limit.
-    On any failure the task's in-progress files are removed and the error propagates: nothing of it is
-    committed."""
-    splits = 0
-    rows = 0
-    metrics = ReaderMetrics()
-
-    def counted_split() -> Split | None:
-        nonlocal splits
-        split = next_split()
-        splits += split is not None
         return split
 
     def batches() -> Iterator[pa.RecordBatch]:
         nonlocal rows
-        for batch in read_splits(options, counted_split, None, name, readers, metrics):
+        for batch in read_splits(spec.options, next_split, None, f"task-{spec.index}", spec.readers, metrics,
+                                 source):
             rows += batch.num_rows
-            if on_progress is not None:  # a reader asks for its next split once the one before is finished
-                on_progress(max(splits - 1, 0), rows, False, metrics)
             yield batch
 
-    files = tuple(write_files(sink, batches(), index, writer_id))
-    if on_progress is not None:
-        on_progress(splits, rows, True, metrics)
+    files = tuple(write_files(parse_sink_options(spec.sink), batches(), spec.index, spec.writer))
     return TaskOutcome(files, sum(f.rows for f in files), splits, TaskReport.of(metrics))

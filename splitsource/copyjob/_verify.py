@@ -37,6 +37,7 @@ from serializers import read_envelope
 from splitsource._api import Source
 from splitsource._errors import SinkError
 from splitsource._fs import Store, is_uri, redact, resolve_filesystem, sibling_uri
+from splitsource._names import PART_PREFIX, SINK_DESCRIPTION, SUCCESS_FILE
 from splitsource.copyjob._digest import (
     OutputFile,
     Plan,
@@ -52,7 +53,7 @@ from splitsource.copyjob._ledger import read_ledger
 from splitsource.copyjob._ownership import read_owner
 from splitsource.copyjob._protocol import copy_writer_id
 from splitsource.runtime._source_reader import ReaderMetrics, SourceReader
-from splitsource.sink._committer import SUCCESS_FILE, BucketingGlobalCommitter, metadata_location
+from splitsource.sink._committer import BucketingGlobalCommitter, metadata_location
 from splitsource.sink._files import PartNames, join, writer_of
 from splitsource.sink._tables import table_format
 from splitsource.sink._text import json_fragments, plain_storage
@@ -220,7 +221,7 @@ def foreign_files(output: str, layout: dict[str, Any], token: str | None, record
     start with ``_`` or ``.``) that no commit of the copy with ownership ``token`` made: not named as its part
     files are (another writer's, put there by hand, or a transient file of a copy that has not finished). For a
     table, ``table_files`` (its current files: what its readers read) are looked at instead of the directory."""
-    names = PartNames(str(layout.get("part_prefix", "part")), str(layout.get("part_suffix", "")))
+    names = PartNames(str(layout.get("part_prefix", PART_PREFIX)), str(layout.get("part_suffix", "")))
     mine = copy_writer_id(token) if token else None
     out = []
     for relative in table_files if table_files is not None else _listed(output, records):
@@ -247,11 +248,11 @@ _COPY_TASK = re.compile(r"\d{5}(-[A-Za-z0-9]+)?-[0-9a-f]+")
 def output_records(output: str, metadata: str = "") -> BucketingGlobalCommitter:
     """The records of a copy's output (where its copy.json, owner and commit log are)."""
     fs, base, meta = metadata_location(output, metadata)
-    return BucketingGlobalCommitter(fs, base, PartNames("part", ""), meta=meta)
+    return BucketingGlobalCommitter(fs, base, PartNames(PART_PREFIX, ""), meta=meta)
 
 
 def read_layout(records: BucketingGlobalCommitter, output: str) -> dict[str, Any]:
-    path = join(records.meta, "copy.json")
+    path = join(records.meta, SINK_DESCRIPTION)
     try:
         return dict(json.loads(records.fs.read_text(path)))
     except (FileNotFoundError, NotADirectoryError):

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from splitsource._api import Source, Split
-from splitsource._planning import build_source
+from splitsource._planning import build_source, framework_options
 from splitsource.runtime._source_reader import ReaderMetrics, SourceReader, call_with_retry
 
 __all__ = ["conform_batch", "read_splits"]
@@ -34,8 +34,8 @@ def read_splits(options: Mapping[str, str], next_split: Callable[[], Split | Non
     restarts). ``readers``: how many readers of the job run at once, sharing its read rate limit; ``metrics``:
     where the reader counts (rows per split, retries, time throttled); ``source``: the source of ``options``
     already built (with the metadata it read), else it is built here."""
-    framework, built = build_source(options)
-    source = source if source is not None else built
+    framework = framework_options(options)
+    source = source if source is not None else build_source(options)[1]
     if expected is None:
         expected = call_with_retry(source, source.schema, framework.retry, f"{name}: reading the schema")
     reader = SourceReader(source, next_split, queue_capacity=framework.queue_capacity, retry=framework.retry,

@@ -45,15 +45,22 @@ from typing import Any
 from serializers import MsgpackRecordSerializer, SerializationError, read_envelope, write_envelope
 from splitsource._errors import OptionsError, OutputOwnedError, SinkError
 from splitsource._fs import Store, as_store, resolve_filesystem, split_uri
+from splitsource._names import (
+    COMMIT_LOG_DIR,
+    COMMIT_SUFFIX,
+    DONE_SUFFIX,
+    LOCK_FILE,
+    OWNER_FILE,
+    QUERIES_DIR,
+    RECORDS_SUFFIX,
+    SUCCESS_FILE,
+)
 from splitsource.sink._files import PartNames, PendingFile, join, writer_of
 from splitsource.sink._tables import TableFormat, publish
 
 __all__ = [
     "COMMIT_RECORD_SERIALIZER",
-    "LOCK_FILE",
-    "META_SUFFIX",
     "ORPHAN_AGE_S",
-    "OWNER_FILE",
     "BucketingGlobalCommitter",
     "CommitRecord",
     "FileCommitter",
@@ -63,11 +70,6 @@ __all__ = [
 
 log = logging.getLogger("splitsource.sink")
 
-META_SUFFIX = ".bucketing"  # the sink's records: <base>.bucketing, beside the output
-OWNER_FILE = "owner.json"  # in the records: the copy that owns the output (splitsource.copyjob._ownership)
-LOCK_FILE = "lock.json"  # in the records: a running copy
-QUERIES_DIR = "queries"  # in the records: <query>.json, the last batch each streaming query committed
-SUCCESS_FILE = "_SUCCESS"  # in the records (and in the output with success_file): a bounded write is complete
 # a transient file this old belongs to a writer that is gone: any writer's sweep removes it
 ORPHAN_AGE_S = 24 * 3600.0
 
@@ -101,7 +103,7 @@ def metadata_location(path: str, explicit: str = "") -> tuple[Store, str, str]:
     sibling ``<path>.bucketing``. The records share the output's store: one client writes both."""
     check_metadata(path, explicit)
     fs, base = resolve_filesystem(path)
-    meta = resolve_filesystem(explicit)[1].rstrip("/") if explicit else base.rstrip("/") + META_SUFFIX
+    meta = resolve_filesystem(explicit)[1].rstrip("/") if explicit else base.rstrip("/") + RECORDS_SUFFIX
     return fs, base, meta
 
 
@@ -250,9 +252,9 @@ class BucketingGlobalCommitter:
     def __post_init__(self) -> None:
         self.fs = as_store(self.fs)
         self.base = self.base.rstrip("/") or self.base
-        self.meta = self.meta or self.base.rstrip("/") + META_SUFFIX
+        self.meta = self.meta or self.base.rstrip("/") + RECORDS_SUFFIX
         self._committer = FileCommitter(self.fs, self.base, self.names)
-        self._log = join(self.meta, "log")
+        self._log = join(self.meta, COMMIT_LOG_DIR)
         self._queries = join(self.meta, QUERIES_DIR)
 
     # -- the log -----------------------------------------------------------------------------------------------
@@ -265,7 +267,7 @@ class BucketingGlobalCommitter:
             raise SinkError(f"cannot list the commit log {self._log}: {exc}") from None
         names = {e.name for e in entries}
         out = []
-        for name in sorted(n for n in names if n.endswith(".commit") and n[:-7].isdigit()):
+        for name in sorted(n for n in names if n.endswith(COMMIT_SUFFIX) and n[:-len(COMMIT_SUFFIX)].isdigit()):
             path = join(self._log, name)
             try:
                 record = read_envelope(COMMIT_RECORD_SERIALIZER, self.fs.read_bytes(path))
@@ -274,7 +276,7 @@ class BucketingGlobalCommitter:
                                 "is damaged: move the output aside rather than writing into it") from None
             except FileNotFoundError:
                 continue  # pruned by another writer just now
-            out.append((record, name.replace(".commit", ".done") in names))
+            out.append((record, name.replace(COMMIT_SUFFIX, DONE_SUFFIX) in names))
         return out
 
     def query_record(self, query_id: str) -> dict[str, Any] | None:
@@ -589,5 +591,5 @@ class BucketingGlobalCommitter:
         records = self.records()
         done = [r for r, is_done in records if is_done]
         for record in done[: max(0, len(records) - self.retention)]:
-            for suffix in (".commit", ".done"):
+            for suffix in (COMMIT_SUFFIX, DONE_SUFFIX):
                 self.fs.delete(join(self._log, f"{record.seq:020d}{suffix}"))

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from serializers import MsgpackRecordSerializer
+from splitsource._names import IN_PROGRESS, PART_PREFIX, PENDING, VALID_LENGTH
 
 __all__ = [
     "IN_PROGRESS",
@@ -32,8 +33,6 @@ __all__ = [
     "writer_of",
 ]
 
-IN_PROGRESS = ".in-progress"
-PENDING = ".pending"
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class TransientName:
 class PartNames:
     """The naming rule for one sink (its prefix and suffix)."""
 
-    prefix: str = "part"
+    prefix: str = PART_PREFIX
     suffix: str = ".parquet"
 
     def in_progress(self, task: str, counter: int) -> str:
@@ -62,7 +61,7 @@ class PartNames:
         return f"{self.prefix}-{task}-{counter}{self.suffix}"
 
     def valid_length(self, task: str, counter: int) -> str:
-        return f"_{self.finished(task, counter)}.valid-length"
+        return f"_{self.finished(task, counter)}{VALID_LENGTH}"
 
     def parse_finished(self, name: str) -> tuple[str, int] | None:
         """(task, counter) of a finished part file's name, None for any other name."""

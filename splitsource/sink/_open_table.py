@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 from splitsource._errors import SinkError
+from splitsource._names import TABLE_RECORD
 from splitsource.sink._committer import BucketingGlobalCommitter, metadata_location
 from splitsource.sink._files import PartNames, join
-from splitsource.sink._tables import TABLE_RECORD, table_format
+from splitsource.sink._tables import table_format
 
 __all__ = ["open_table"]
 

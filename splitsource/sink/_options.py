@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from splitsource._errors import OptionsError
+from splitsource._names import PART_PREFIX
 from splitsource._options import REQUIRED, option, parse_options
 from splitsource.sink._bucketers import (
     DEFAULT_DATETIME_PATTERN,
@@ -49,7 +50,7 @@ class BucketingSinkOptions:
                                 "(Hive-style dt=2026-11-24/hour=8; Flink's default is yyyy-MM-dd--HH)")
     timezone: str = option("UTC", doc="datetime bucketer: time zone of the pattern")
     bucket_columns: str = option("", doc="columns bucketer: comma-separated column names (Hive-style col=value)")
-    part_prefix: str = option("part", doc="prefix of part-file names", parse=_prefix)
+    part_prefix: str = option(PART_PREFIX, doc="prefix of part-file names", parse=_prefix)
     part_suffix: str = option("", doc="suffix of finished part files (default: .parquet, .jsonl or .csv)",
                               parse=_suffix)
     part_size_mb: float = option(384.0, doc="roll a part file once it reaches this size", minimum=0.001)

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from splitsource._errors import OptionsError, SinkError
 from splitsource._fs import Store
+from splitsource._names import TABLE_RECORD
 from splitsource.sink._bucketers import decode_values
 from splitsource.sink._files import PartNames, PendingFile, join
 
@@ -76,7 +77,6 @@ class CommitterView(Protocol):
 
 __all__ = ["TABLE_FORMATS", "TABLE_RECORD", "TableCommit", "TableFormat", "publish", "table_format"]
 
-TABLE_RECORD = "table.json"  # in the records: the table format and the log id its commits are tagged with
 TAG = "splitsource"  # prefix of the tags: Delta's application id, Iceberg's properties
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import splitsource.spark._jvm as _jvm
 from splitsource._errors import OptionsError
 from splitsource._fs import child_uri, resolve_filesystem
+from splitsource._names import PROGRESS_DIR, SPARK_DIR
 from splitsource._planning import concurrent_readers, pack_for
 from splitsource.copyjob._coordinator import Batch, run_batches
 from splitsource.copyjob._failures import failure, root_cause
@@ -42,8 +43,6 @@ from splitsource.copyjob._signals import deferred
 
 __all__ = ["SPARK_DIR", "SparkEngine", "SparkTasks", "TaskProgress", "start_session", "stop_session"]
 
-SPARK_DIR = "spark"  # in the checkpoint: offsets/<batch>, progress/
-PROGRESS_DIR = "progress"  # in the engine's directory: <batch>-<task>.json, one per running read task
 _REPORT_EVERY_S = 0.5
 _POLL_S = 0.5
 _CANCEL_WAIT_S = 60.0  # a cancelled batch's tasks end within Spark's python worker kill timeout (2 s by default)

@@ -1,5 +1,5 @@
 """Offsets (version 2): the read's plan stored once, offsets holding a cursor whose size does not grow with the
-plan; version 1 checkpoints still read; an enumerator that does not cut the same splits again is refused."""
+plan; an enumerator that does not cut the same splits again is refused."""
 
 from __future__ import annotations
 
@@ -140,25 +140,6 @@ def _envelopes(source: Any, count: int) -> list[bytes]:
     enumerator = source.create_enumerator(None)
     enumerator.start()
     return [write_envelope(source.split_serializer(), enumerator.next_split()) for _ in range(count)]
-
-
-# An offset written by release 0.x (offset version 1: the whole enumerator state in every offset), captured from
-# `splitsource copy --engine local` of the generator, rows=100, split_rows=10, --max-splits-per-batch 3.
-V1_OFFSET = json.loads((Path(__file__).with_name("data") / "offset-v1.json").read_text())
-
-
-def test_a_version_1_checkpoint_goes_on_where_it_stopped() -> None:
-    source = GeneratorSource({"rows": "100", "split_rows": "10"})
-    fingerprint = source_fingerprint(source)
-    assert V1_OFFSET["version"] == 1 and V1_OFFSET["taken"] == 3
-    ids = []
-    offset = V1_OFFSET
-    while (end := next_offset(source, fingerprint, offset, 2, BatchLimit(max_splits=3))) is not None:
-        assert end["version"] == 1, "a version 1 checkpoint is continued in its own version"
-        ids.extend(s.split_id for s in offset_splits(source, end))
-        offset = end
-    done = [s.split_id for s in offset_splits(source, V1_OFFSET)]
-    assert len(ids) == 7 and not set(ids) & set(done)
 
 
 def test_a_fresh_start_prunes_the_plans_no_offset_refers_to(tmp_path: Path) -> None:
