@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import re
 import threading
@@ -269,6 +270,21 @@ class Store:
 
     def read_text(self, path: str) -> str:
         return self.read_bytes(path).decode("utf-8")
+
+    def read_record(self, path: str, corrupt: Callable[[], Exception]) -> dict[str, Any] | None:
+        """The small JSON object at ``path`` (an owner, an identity, a marker: docs/formats.md); None when there is
+        none; ``corrupt()`` is raised when its bytes are not a JSON object (torn, or not splitsource's)."""
+        try:
+            data = self.read_bytes(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            found = json.loads(data.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError is one
+            raise corrupt() from None
+        if not isinstance(found, dict):
+            raise corrupt()
+        return found
 
     def open_input(self, path: str) -> Any:
         """A random-access file (for Parquet and Arrow IPC readers)."""

@@ -71,13 +71,9 @@ def _read_identity(checkpoint: str) -> tuple[dict[str, Any] | None, bool]:
             raise CheckpointError(f"checkpoint {checkpoint} was not written by splitsource copy (no {IDENTITY_FILE});"
                                   " use another option 'checkpoint'")
         return None, False
-    try:
-        found = json.loads(fs.read_text(path))
-        if not isinstance(found, dict):
-            raise ValueError("not an object")
-    except (ValueError, UnicodeDecodeError):
-        raise CheckpointError(f"checkpoint {checkpoint} is corrupt ({IDENTITY_FILE} is not readable JSON); to start "
-                              f"over, run the same copy with {START_OVER}") from None
+    found = fs.read_record(path, lambda: CheckpointError(
+        f"checkpoint {checkpoint} is corrupt ({IDENTITY_FILE} is not readable JSON); to start over, run the same "
+        f"copy with {START_OVER}"))
     return found, progress
 
 

@@ -49,14 +49,12 @@ def new_token() -> str:
 def read_owner(records: BucketingGlobalCommitter) -> dict[str, Any] | None:
     """The owner file in an output's records (None: no copy owns the output)."""
     path = join(records.meta, OWNER_FILE)
-    try:
-        found = json.loads(records.fs.read_text(path))
-    except FileNotFoundError:
+    found = records.fs.read_record(path, lambda: CheckpointError(
+        f"{path} is corrupt; the output's owner is unknown: use another option 'output', or option 'overwrite' to "
+        "delete what it holds and start over"))
+    if found is None:
         return None
-    except (ValueError, UnicodeDecodeError):
-        raise CheckpointError(f"{path} is corrupt; the output's owner is unknown: use another option 'output', or "
-                              "option 'overwrite' to delete what it holds and start over") from None
-    if not isinstance(found, dict) or "token" not in found:
+    if "token" not in found:
         raise CheckpointError(f"{path} is not an owner file splitsource wrote; use another option 'output'")
     return found
 

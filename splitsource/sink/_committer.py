@@ -283,14 +283,10 @@ class BucketingGlobalCommitter:
         """What ``<meta>/queries/`` keeps of streaming query ``query_id``: its last committed batch and
         running totals (None: it never finished a commit here)."""
         path = join(self._queries, _query_name(query_id))
-        try:
-            found = json.loads(self.fs.read_text(path))
-        except FileNotFoundError:
-            return None
-        except (ValueError, UnicodeDecodeError):
-            raise SinkError(f"{path} is unreadable; the output's commit history is damaged: move the output aside "
-                            "rather than writing into it") from None
-        if not isinstance(found, dict) or found.get("query") != query_id:
+        found = self.fs.read_record(path, lambda: SinkError(
+            f"{path} is unreadable; the output's commit history is damaged: move the output aside rather than "
+            "writing into it"))
+        if found is None or found.get("query") != query_id:
             return None  # a hash shared by another query id: treat as unknown
         return found
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from splitsource._errors import SinkError
@@ -20,10 +19,10 @@ def open_table(path: str, *, metadata: str = "", iceberg_catalog: str = "") -> A
     ``polars.scan_iceberg(open_table(path))``). ``metadata``: the sink's records' place, if the write named one."""
     fs, base, meta = metadata_location(path, metadata)
     committer = BucketingGlobalCommitter(fs, base, PartNames(), meta=meta, table_catalog=iceberg_catalog)
-    try:
-        found = json.loads(fs.read_text(join(meta, TABLE_RECORD)))
-    except FileNotFoundError:
-        raise SinkError(f"{path} has no table made by splitsource ({join(meta, TABLE_RECORD)} is missing)") from None
+    record = join(meta, TABLE_RECORD)
+    found = fs.read_record(record, lambda: SinkError(f"{record} is corrupt: the table's records are damaged"))
+    if found is None:
+        raise SinkError(f"{path} has no table made by splitsource ({record} is missing)")
     fmt = table_format(str(found.get("format", "")))
     if fmt is None:
         raise SinkError(f"{join(meta, TABLE_RECORD)} names no table format")

@@ -557,13 +557,12 @@ def log_id(committer: CommitterView, fmt: TableFormat) -> str:
     """The id this output's records tag table commits with, made once (``<meta>/table.json``); records of another
     table format are refused."""
     path = join(committer.meta, TABLE_RECORD)
-    try:
-        found = json.loads(committer.fs.read_text(path))
-    except FileNotFoundError:
-        found = None
-    except (ValueError, UnicodeDecodeError):
-        raise SinkError(f"{path} is corrupt; the output's commit history is damaged: move the output aside rather "
-                        "than writing into it") from None
+
+    def corrupt() -> SinkError:
+        return SinkError(f"{path} is corrupt; the output's commit history is damaged: move the output aside rather "
+                         "than writing into it")
+
+    found = committer.fs.read_record(path, corrupt)
     if found is None:
         committer.fs.make_dirs(committer.meta)
         body = json.dumps({"format": fmt.name, "log": uuid.uuid4().hex}).encode()
@@ -571,9 +570,9 @@ def log_id(committer: CommitterView, fmt: TableFormat) -> str:
             committer.fs.write(path, body, exclusive=True)  # durable: a lost id would let a commit be made twice
             found = json.loads(body)
         except FileExistsError:
-            found = json.loads(committer.fs.read_text(path))
-    if not isinstance(found, dict) or found.get("format") != fmt.name:
-        raise SinkError(f"{committer.base} is a {found.get('format') if isinstance(found, dict) else '?'} table's "
+            found = committer.fs.read_record(path, corrupt)
+    if found is None or found.get("format") != fmt.name:
+        raise SinkError(f"{committer.base} is a {found.get('format') if found else '?'} table's "
                         f"output; this write asks for table_format {fmt.name!r}: write to another path")
     return str(found["log"])
 
