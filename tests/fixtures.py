@@ -281,3 +281,34 @@ def postgres(request: pytest.FixtureRequest, _postgres_servers: _PostgresServers
 def postgres15(_postgres_servers: _PostgresServers) -> PostgresServer:
     """The tests' PostgreSQL 15, for the heavier tests, which run on one version."""
     return _postgres_servers.get("15")
+
+
+@pytest.fixture()
+def pyiceberg_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polars plans Iceberg scans through pyiceberg (its own planner is a package of its own, and Polars says so
+    on each scan): for tests that read Iceberg tables back with Polars."""
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+
+
+def polars_table(out: Path, fmt: str, **open_options: str) -> Any:
+    """The Delta or Iceberg table a write made at ``out``, as Polars reads it (through delta-rs or pyiceberg)."""
+    import polars as pl
+
+    from splitsource.sink import open_table
+
+    if fmt == "delta":
+        return pl.read_delta(str(out))
+    return pl.scan_iceberg(open_table(str(out), **open_options)).collect()
+
+
+def wait_for(predicate: Any, what: str, timeout: float, alive: Any = None) -> None:
+    """Poll ``predicate`` until it holds, failing after ``timeout`` seconds, or at once when ``alive()`` says the
+    process the test waits on has ended."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if alive is not None and not alive():
+            raise AssertionError(f"the job ended before {what}")
+        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
+        time.sleep(0.05)

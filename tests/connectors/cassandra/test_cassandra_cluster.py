@@ -19,6 +19,7 @@ import pytest
 
 from connectors.cassandra import CassandraSource
 from splitsource.runtime import LocalRuntime, RetryPolicy, read_local
+from tests.fixtures import wait_for
 
 from .test_cassandra_source import checksum
 
@@ -185,9 +186,3 @@ def test_scan_survives_a_node_crash_and_restart_mid_scan(ring: Ring, tmp_path: P
     assert checksum(table) == checksum(reference(ring))
 
 
-def wait_for(predicate: Any, what: str, timeout: float, alive: Any) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert alive(), f"the scan ended before {what}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.05)

@@ -12,13 +12,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fixtures import wait_for
 from tests.splitsource.copyjob.test_copy import CLI, run
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
@@ -94,15 +94,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
 def options(gate: Path) -> dict[str, str]:
     return {"hosts": HOST, "keyspace": KS, "table": "events", "splits": "8", "fetch_size": "250",
             "gate": str(gate), "connect_timeout_s": "3", "request_timeout_s": "5"}
-
-
-def wait_for(predicate: Any, what: str, timeout: float, alive: Any = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if alive is not None and not alive():
-            raise AssertionError(f"the job ended before {what}")
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        time.sleep(0.05)
 
 
 def crash_mid_split(node: Node, gate: Path, alive: Any) -> None:

@@ -14,23 +14,15 @@ import pyarrow as pa
 import pytest
 
 from splitsource.sink import open_table, parse_sink_options
+from tests.fixtures import polars_table
 from tests.splitsource.copyjob.test_copy import kill_and_rerun, run
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("pyiceberg_planner")]
 
 ROWS = 80_000
 GEN = ["--connector", "generator", "-o", f"rows={ROWS}", "-o", "split_rows=4000", "-o", "batch_rows=500",
        "-o", "fetch_delay_ms=40", "-o", "columns=id:bigint,name:string?,score:double,at:timestamp"]
 ENGINES = {"local": ["--engine", "local", "--workers", "2"], "spark": []}
-
-
-@pytest.fixture(autouse=True)
-def _pyiceberg_planner(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
-
-
-def table_frame(out: Path, fmt: str) -> pl.DataFrame:
-    return pl.read_delta(str(out)) if fmt == "delta" else pl.scan_iceberg(open_table(str(out))).collect()
 
 
 def logged_and_tagged(out: Path, fmt: str) -> tuple[int, list[int]]:
@@ -59,7 +51,7 @@ def test_a_table_copy_killed_ten_times_holds_every_row_once_and_one_commit_per_b
                             jitter=0.4,
                             coordinator_alone=lambda kill: kill % 3 == 2)
     assert f"copy finished: {ROWS:,} rows" in stdout
-    frame = table_frame(out, fmt)
+    frame = polars_table(out, fmt)
     assert frame.height == ROWS and sorted(frame["id"].to_list()) == list(range(ROWS))
     assert {p.name for p in out.iterdir() if p.is_dir()} >= {"flag=true", "flag=false"}
     assert frame["flag"].null_count() > 0 and frame["flag"].n_unique() == 3

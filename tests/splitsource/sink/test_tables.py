@@ -16,14 +16,10 @@ from splitsource import OptionsError, SinkError
 from splitsource.sink import BucketingSinkWriter, open_table, parse_sink_options
 from splitsource.sink import _committer as committer_module
 from splitsource.sink._committer import BucketingGlobalCommitter
+from tests.fixtures import polars_table
 
 FORMATS = ("delta", "iceberg")
-
-
-@pytest.fixture(autouse=True)
-def _pyiceberg_planner(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Polars plans Iceberg scans through pyiceberg here (its own planner is a package of its own) and says so
-    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+pytestmark = pytest.mark.usefixtures("pyiceberg_planner")
 
 
 def batch(start: int, n: int) -> pa.RecordBatch:
@@ -47,7 +43,7 @@ def write(out: Path, fmt: str, start: int, n: int, seq_task: str) -> tuple[Bucke
 
 def table_ids(out: Path, fmt: str) -> list[int]:
     """The ids the table's readers see: Polars through delta-rs, or through pyiceberg."""
-    frame = pl.read_delta(str(out)) if fmt == "delta" else pl.scan_iceberg(open_table(str(out))).collect()
+    frame = polars_table(out, fmt)
     return sorted(frame["id"].to_list())
 
 
@@ -113,7 +109,7 @@ def test_a_stop_after_the_log_record_before_the_table_commit_publishes_once_on_r
         committer.commit(record)
     assert (out.parent / "t.bucketing" / "log" / f"{record.seq:020d}.commit").exists()
     monkeypatch.undo()
-    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")  # undone above with the fault
     _, again = committer_of(out, fmt)
     again.recover()
     again.recover()  # a second recovery finds nothing left to do

@@ -23,18 +23,12 @@ from splitsource.sink import parse_sink_options
 from tests.fixtures import ROOT
 from tests.splitsource.copyjob.test_copy import run
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("pyiceberg_planner")]
 JOB = Path(__file__).parent / "table_reader_job.py"
 SPARK_42 = ROOT / ".venv" / "pyspark-4.2"
 SPARK_41 = ROOT / ".venv" / "pyspark-4.1"
 GEN = ["--connector", "generator", "-o", "rows=30000", "-o", "split_rows=5000",
        "-o", "columns=id:bigint,name:string?,score:double,at:timestamp,flag:boolean?"]
-
-
-@pytest.fixture(autouse=True)
-def _pyiceberg_planner(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Polars plans Iceberg scans through pyiceberg here (its own planner is a package of its own) and says so
-    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")
 
 
 def _copy_and_read_with_spark(tmp_path: Path, fmt: str, spark: Path) -> None:
