@@ -70,15 +70,42 @@ class ConditionalCreate:
 
     def create(self, path: str, data: bytes) -> bool:
         """Put ``data`` at ``path`` (``bucket/key``) unless an object is there; False if one is."""
+        return self.create_tagged(path, data) is not None
+
+    def create_tagged(self, path: str, data: bytes) -> str | None:
+        """:meth:`create`, giving the new object's ETag ("" if the store gives none); None if an object is there."""
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         bucket, _, key = path.partition("/")
         try:
-            obstore.put(self._store(bucket), key, data, mode="create")
+            return str(obstore.put(self._store(bucket), key, data, mode="create").get("e_tag") or "")
         except (AlreadyExistsError, PreconditionError):
-            return False
-        return True
+            return None
+
+    def replace_if(self, path: str, data: bytes, etag: str) -> str | None:
+        """Put ``data`` at ``path`` only if the object there still has ``etag`` (``If-Match``): one request. The
+        new ETag ("" if the store gives none); None if the object changed or is gone."""
+        import obstore
+        from obstore.exceptions import NotFoundError, PreconditionError
+
+        bucket, _, key = path.partition("/")
+        try:
+            return str(obstore.put(self._store(bucket), key, data, mode={"e_tag": etag}).get("e_tag") or "")
+        except (PreconditionError, NotFoundError):
+            return None
+
+    def read_tagged(self, path: str) -> tuple[bytes, str] | None:
+        """The object at ``path`` and its ETag; None if there is none."""
+        import obstore
+        from obstore.exceptions import NotFoundError
+
+        bucket, _, key = path.partition("/")
+        try:
+            found = obstore.get(self._store(bucket), key)
+            return bytes(found.bytes()), str(found.meta.get("e_tag") or "")
+        except NotFoundError:
+            return None
 
 
 def for_filesystem(fs: Any) -> ConditionalCreate | None:

@@ -160,6 +160,7 @@ class CopyLock:
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._lost: str | None = None
+        self._tags: dict[str, str] = {}  # a held lock's ETag, where the store updates on If-Match: renewed by one PUT
 
     def __enter__(self) -> CopyLock:
         try:
@@ -181,7 +182,7 @@ class CopyLock:
         path = f"{base}/{LOCK_FILE}"
         taking_over = ""  # said once this copy holds the lock: of two copies taking it over, one does
         for _ in range(50):
-            if self._create(fs, path, json.dumps(asdict(self._holder)).encode()):
+            if self._create(fs, path, json.dumps(asdict(self._holder)).encode()):  # (its ETag kept in _tags)
                 self._held.append((what, fs, path))
                 if taking_over:
                     _notice(taking_over)
@@ -209,13 +210,17 @@ class CopyLock:
             self._break(fs, path, holder)
         raise LockedError(f"cannot lock {what}: another copy keeps taking {path} at the same time", path=path)
 
-    @staticmethod
-    def _create(fs: Store, path: str, data: bytes) -> bool:
+    def _create(self, fs: Store, path: str, data: bytes) -> bool:
         # where the store has no exclusive create (object stores) this is a check then a write: best effort,
         # documented in docs/operations.md
         for _ in range(5):
             try:
-                return fs.create(path, data)
+                if fs.conditional is None:
+                    return fs.create(path, data)
+                tag = fs.conditional.create_tagged(path, data)
+                if tag:
+                    self._tags[path] = tag
+                return tag is not None
             except FileNotFoundError:  # a failed copy removed the empty directory just now: make it again
                 fs.make_dirs(path.rsplit("/", 1)[0])
         raise LockedError(f"cannot create {path}: its directory keeps disappearing", path=path)
@@ -260,14 +265,36 @@ class CopyLock:
             holder = self._holder.renew()
             for what, fs, path in list(self._held):
                 try:
-                    found = self._read(fs, path)
-                    if not (isinstance(found, Holder) and found.lease == holder.lease):
-                        self._lost = self._lost or self._loss(what, found)
-                        continue
-                    fs.write(path, json.dumps(asdict(holder)).encode(), durable=False)  # never synced
+                    if not self._renew(fs, path, holder):
+                        self._lost = self._lost or self._loss(what, self._read(fs, path))
                 except OSError:
                     continue  # the store failed this renewal: the next one tries again
             self._holder = holder
+
+    def _renew(self, fs: Store, path: str, holder: Holder) -> bool:
+        """Write the renewed lease; False if another copy holds the lock now. On an object store that updates on
+        ``If-Match``, one PUT conditional on the lock's last ETag; elsewhere a read, then a write (never synced)."""
+        data = json.dumps(asdict(holder)).encode()
+        tag = self._tags.get(path)
+        if tag is None or fs.conditional is None:
+            found = self._read(fs, path)
+            if not (isinstance(found, Holder) and found.lease == holder.lease):
+                return False
+            fs.write(path, data, durable=False)
+            return True
+        new = fs.conditional.replace_if(path, data, tag)
+        if new is None:  # changed since: by another copy, or by this one's renewal whose answer was lost
+            current = fs.conditional.read_tagged(path)
+            if current is None or not _holds(current[0], holder.lease):
+                return False
+            new = fs.conditional.replace_if(path, data, current[1])
+        if new is None:
+            return False
+        if new:
+            self._tags[path] = new
+        else:  # the store gave no ETag: renew by a read and a write from now on
+            del self._tags[path]
+        return True
 
     @staticmethod
     def _loss(what: str, found: Holder | _Torn | None) -> str:
@@ -307,6 +334,14 @@ class CopyLock:
                 fs.delete(marker)
             except OSError:
                 pass
+
+
+def _holds(data: bytes, lease: str) -> bool:
+    """Whether the lock's bytes are the lease ``lease``."""
+    try:
+        return bool(json.loads(data).get("lease") == lease)
+    except (ValueError, AttributeError):
+        return False
 
 
 def _marker(path: str, lock: Holder | _Torn, generation: int) -> str:

@@ -184,3 +184,39 @@ def test_two_copies_racing_for_an_expired_lease_one_wins(s3: Any, tmp_path: Path
         assert "is in use by another copy" in loser.stderr and "its lease runs out at" in loser.stderr, \
             loser.stderr[-2000:]
         assert _ids(uri) == list(range(RACE_ROWS)), f"trial {trial}"
+
+
+def test_a_lease_renewal_on_s3_is_one_conditional_put(s3: Any) -> None:
+    """Each renewal of a lease on S3 is one PutObject with ``If-Match`` (the lock's last ETag), no read before it;
+    and a lock replaced behind the copy's back fails that PUT, so the copy learns at its next renewal that it lost
+    the lease."""
+    import threading
+
+    from splitsource._errors import LeaseLostError
+    from splitsource._fs import resolve_filesystem
+    from splitsource.copyjob._ownership import CopyLock
+    from tests.splitsource.copyjob.test_store_retries import CuttingProxy
+
+    proxy = CuttingProxy(os.environ["AWS_ENDPOINT_URL"], needle="\0", cuts=0)  # counts, cuts nothing
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        uri = f"s3://lake/renewal?endpoint_override=127.0.0.1:{proxy.server_address[1]}&scheme=http"
+        with CopyLock([("output renewal", uri)], command="test", lease_s=0.4) as lock:
+            taken = len(proxy.requests)
+            deadline = time.monotonic() + 60
+            while sum(1 for m, p, _ in proxy.requests[taken:] if "lock.json" in p) < 8:
+                assert time.monotonic() < deadline, "no renewals within 60 s"
+                time.sleep(0.05)
+            renewals = [r for r in proxy.requests[taken:] if "lock.json" in r[1]]
+            assert all(m == "PUT" and tag for m, _, tag in renewals), renewals  # one conditional PUT each
+            fs, base = resolve_filesystem(uri)
+            other = json.loads(fs.read_text(f"{base}/lock.json")) | {"lease": "another-copy", "host": "other-pod"}
+            fs.write(f"{base}/lock.json", json.dumps(other).encode())  # another copy took the lease over
+            while lock._lost is None:
+                assert time.monotonic() < deadline, "the renewal did not notice the lease was taken"
+                time.sleep(0.05)
+            with pytest.raises(LeaseLostError, match="other-pod"):
+                lock.check()
+    finally:
+        proxy.shutdown()
+        proxy.server_close()

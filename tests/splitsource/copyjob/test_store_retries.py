@@ -30,10 +30,12 @@ class CuttingProxy(http.server.ThreadingHTTPServer):
     """Forwards every request to ``upstream`` and cuts off the body of the first ``cuts`` GETs of the first object
     whose path contains ``needle`` (headers as the server sent them, Content-Length included, then the connection
     closes). pyarrow's S3 client retries a GET itself and gives up after 31 such cuts in a row (measured): 35
-    outlast it, so the storage door's own retry is what reads the object."""
+    outlast it, so the storage door's own retry is what reads the object. ``requests`` logs every request: its
+    method, path and ``If-Match`` header."""
 
     def __init__(self, upstream: str, needle: str, cuts: int) -> None:
         self.upstream, self.needle, self.cuts, self.cut = urlparse(upstream), needle, cuts, []
+        self.requests: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
 
@@ -46,6 +48,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _forward(self) -> None:
+        with self.server.lock:
+            self.server.requests.append((self.command, self.path, self.headers.get("If-Match")))
         upstream = http.client.HTTPConnection(self.server.upstream.hostname, self.server.upstream.port, timeout=60)
         upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
         for key, value in self.headers.items():
