@@ -31,4 +31,5 @@ run $py bench/bench_durability.py --rows 2000000 --repeat 3
 run $py bench/bench_replica_loss.py --rows 100000 --repeat 1
 run $py bench/bench_object_store.py --repeat 3
 run $py bench/bench_tables.py --repeat 3
+run $py bench/bench_postgres.py --repeat 3  # starts its own PostgreSQL 15; bench/tools.py fetches the peers
 run $py scripts/bench_tables.py

@@ -70,18 +70,15 @@ class ConditionalCreate:
 
     def create(self, path: str, data: bytes) -> bool:
         """Put ``data`` at ``path`` (``bucket/key``) unless an object is there; False if one is."""
-        return self.create_tagged(path, data) is not None
-
-    def create_tagged(self, path: str, data: bytes) -> str | None:
-        """:meth:`create`, giving the new object's ETag ("" if the store gives none); None if an object is there."""
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         bucket, _, key = path.partition("/")
         try:
-            return str(obstore.put(self._store(bucket), key, data, mode="create").get("e_tag") or "")
+            obstore.put(self._store(bucket), key, data, mode="create")
         except (AlreadyExistsError, PreconditionError):
-            return None
+            return False
+        return True
 
     def replace_if(self, path: str, data: bytes, etag: str) -> str | None:
         """Put ``data`` at ``path`` only if the object there still has ``etag`` (``If-Match``): one request. The

@@ -215,12 +215,13 @@ class CopyLock:
         # documented in docs/operations.md
         for _ in range(5):
             try:
-                if fs.conditional is None:
-                    return fs.create(path, data)
-                tag = fs.conditional.create_tagged(path, data)
-                if tag:
-                    self._tags[path] = tag
-                return tag is not None
+                if not fs.create(path, data):
+                    return False
+                if fs.conditional is not None:  # its ETag, for renewals by one If-Match PUT each
+                    found = fs.conditional.read_tagged(path)
+                    if found is not None and found[1] and _holds(found[0], self._holder.lease):
+                        self._tags[path] = found[1]
+                return True
             except FileNotFoundError:  # a failed copy removed the empty directory just now: make it again
                 fs.make_dirs(path.rsplit("/", 1)[0])
         raise LockedError(f"cannot create {path}: its directory keeps disappearing", path=path)
