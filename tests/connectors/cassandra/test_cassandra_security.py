@@ -1,6 +1,6 @@
 """A locked-down Cassandra: one node started for this module with ``PasswordAuthenticator``,
 ``CassandraAuthorizer`` and TLS on its CQL port that requires a client certificate (keys and certificates made at
-test time, ``pki.py``). A role with only ``SELECT`` copies, reads and verifies, over verified TLS with a client
+test time, ``tests/pki.py``). A role with only ``SELECT`` copies, reads and verifies, over verified TLS with a client
 certificate; every misconfiguration ends in one line, with nothing claimed; the password is nowhere.
 """
 
@@ -299,22 +299,3 @@ def test_a_checkpoint_of_one_cluster_is_refused_against_another(secure: Secure, 
         "reads cluster 'locked-down': resuming would mix two sources in one output; point the copy at the cluster it "
         "started from, or use another --checkpoint and --output"]
     assert sorted(ds.dataset(str(out), format="parquet").to_table()["id"].to_pylist()) == list(range(10))
-
-
-def test_a_checkpoint_written_before_origins_were_recorded_still_resumes(cassandra: Any, tmp_path: Path) -> None:
-    import json
-
-    with cassandra.fresh_table(KS, "older", "id int PRIMARY KEY") as session:
-        for i in range(10):
-            session.execute(f"INSERT INTO {KS}.older (id) VALUES (%s)", (i,))
-    out = tmp_path / "out"
-    plain = {"hosts": cassandra.hosts, "port": str(cassandra.port), "keyspace": KS, "table": "older"}
-    assert cli("copy", "--engine", "local", "--connector", "cassandra", *flags(plain), "--output", str(out),
-               "--quiet").returncode == 0
-    identity_file = next(Path(f"{out}.checkpoint").rglob("splitsource-copy.json"))
-    identity = json.loads(identity_file.read_text())
-    del identity["origin"]  # what the previous release wrote
-    identity_file.write_text(json.dumps(identity))
-    again = cli("copy", "--engine", "local", "--connector", "cassandra", *flags(plain), "--output", str(out))
-    assert again.returncode == 0, again.stderr
-    assert "origin" not in json.loads(identity_file.read_text())
