@@ -31,7 +31,18 @@ _NATIVE: dict[str, pa.DataType] = {
     "bytea": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us"),
     "timestamptz": pa.timestamp("us", tz="UTC"), "time": pa.time64("us"),
 }
-_INFINITE = ("date", "timestamp", "timestamptz")  # their ±infinity has no Arrow value
+# base type -> (an SQL condition, on the column {c}, true of a value its Arrow type cannot hold; what it holds then).
+# Arrow's timestamp[us] counts microseconds from 1970 in an int64, which ends in 294247; PostgreSQL's ends in 294276.
+# Arrow's time64 ends before midnight; PostgreSQL's time holds 24:00:00.
+_LAST_TIMESTAMP = "294247-01-10 04:00:54.775807"
+_BEYOND_ARROW = {
+    "date": ("{c} IN ('infinity', '-infinity')", "infinity"),
+    "timestamp": (f"{{c}} IN ('infinity', '-infinity') OR {{c}} > '{_LAST_TIMESTAMP}'",
+                  f"infinity or a time after {_LAST_TIMESTAMP}"),
+    "timestamptz": (f"{{c}} IN ('infinity', '-infinity') OR {{c}} > '{_LAST_TIMESTAMP}+00'",
+                    f"infinity or a time after {_LAST_TIMESTAMP}+00"),
+    "time": ("{c} = '24:00:00'", "24:00:00"),
+}
 # key columns: orderable types whose text form casts back to the same value
 _KEY_TYPES = {"int2", "int4", "int8", "numeric", "text", "varchar", "bpchar", "uuid", "date", "timestamp",
               "timestamptz"}
@@ -72,8 +83,13 @@ class Column:
     nullable: bool
 
     @property
-    def may_be_infinite(self) -> bool:
-        return self.base in _INFINITE and self.arrow != pa.string()
+    def beyond_arrow(self) -> tuple[str, str] | None:
+        """For a natively read column whose server type holds values its Arrow type cannot: the SQL condition true
+        of such a value, and what such a value is, for the message; else None."""
+        if self.arrow == pa.string() or self.base not in _BEYOND_ARROW:
+            return None
+        condition, what = _BEYOND_ARROW[self.base]
+        return condition.format(c=ident(self.name)), what
 
 
 @dataclass(frozen=True)
@@ -97,14 +113,11 @@ class Table:
         """A digest of the columns' names and types: a column added, dropped or retyped changes it."""
         return hashlib.sha256(repr([(c.name, c.type_name) for c in self.columns]).encode()).hexdigest()[:16]
 
-    def infinite_check(self) -> str | None:
-        """An SQL expression whose value is the 1-based index of the first native date/timestamp column holding
-        ±infinity, else 0; None when there is no such column."""
-        parts = [(i, c) for i, c in enumerate(self.columns, 1) if c.may_be_infinite]
-        if not parts:
-            return None
-        whens = " ".join(f"WHEN {ident(c.name)} IN ('infinity', '-infinity') THEN {i}" for i, c in parts)
-        return f"CASE {whens} ELSE 0 END"
+    def beyond_arrow_check(self) -> str | None:
+        """An SQL expression whose value is the 1-based index of the first natively read column holding a value
+        its Arrow type cannot hold (see :attr:`Column.beyond_arrow`), else 0; None when no column can."""
+        whens = [f"WHEN {c.beyond_arrow[0]} THEN {i}" for i, c in enumerate(self.columns, 1) if c.beyond_arrow]
+        return f"CASE {' '.join(whens)} ELSE 0 END" if whens else None
 
 
 def describe(conn: Any, table: str, columns: str, text_columns: str) -> Table:

@@ -32,7 +32,8 @@ class PostgresOptions:
                                 "select the same rows at any instant you mean to read (a bounded range)",
                         parse=str.strip)
     text_columns: str = option("", doc="columns read as the server's own text instead of their Arrow type (a "
-                                       "date or timestamp column that holds infinity)", parse=str.strip)
+                                       "date or timestamp column that holds infinity, a time column that holds "
+                                       "24:00:00)", parse=str.strip)
     split_by: str = option("auto", doc="auto: key ranges when a primary key or unique not-null index leads with "
                                        "an orderable column, else block ranges; key; blocks (ctid ranges)",
                            choices=("auto", "key", "blocks"), parse=_split_by)

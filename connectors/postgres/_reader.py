@@ -102,9 +102,9 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         table, options = self._table, self._options
         columns = [c.select for c in table.columns]
         hidden: list[str] = []
-        infinite = table.infinite_check()
-        if infinite is not None:
-            hidden.append(f"{infinite} AS __infinite")
+        beyond = table.beyond_arrow_check()
+        if beyond is not None:
+            hidden.append(f"{beyond} AS __beyond")
         conditions = [f"({options.where})"] if options.where else []
         if split.by_blocks:
             cursor = self._cursor(split)
@@ -136,15 +136,8 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
             else:
                 last = tuple(str(result.column(f"__k{i}")[-1].as_py()) for i in range(len(table.key)))
                 after = narrowed(split, after_key=last)
-        if infinite is not None and result.num_rows:
-            import pyarrow.compute as pc
-
-            first = pc.max(result.column("__infinite")).as_py()
-            if first:
-                column = table.columns[first - 1].name
-                raise OptionsError(f"connector 'postgres': column {column} of {table.label} holds infinity, which "
-                                   f"Arrow's {table.columns[first - 1].arrow} cannot hold; add -o "
-                                   f"text_columns={column} to read it as the server's text")
+        if beyond is not None and result.num_rows:
+            _refuse_beyond_arrow(table, result)
         arrays = [result.column(i).combine_chunks() if result.num_rows else pa.array([], c.arrow)
                   for i, c in enumerate(table.columns)]
         return pa.RecordBatch.from_arrays(arrays, schema=table.schema), after
@@ -156,6 +149,25 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
             except Exception:  # noqa: BLE001 - a connection already lost closes with an error
                 pass
             self._conn = None
+
+
+def _refuse_beyond_arrow(table: Table, page: pa.Table) -> None:
+    """Fail, in one line naming the column, the row's key and the option to use, when ``page`` holds a value its
+    column's Arrow type cannot hold (its hidden ``__beyond`` column is the column's 1-based index, else 0)."""
+    import pyarrow.compute as pc
+
+    first = pc.max(page.column("__beyond")).as_py()
+    if not first:
+        return
+    column = table.columns[first - 1]
+    row = ""
+    if table.key and "__k0" in page.column_names:  # a key range's page carries its key as text
+        at = pc.index(page.column("__beyond"), first).as_py()
+        row = " (row " + ", ".join(f"{c.name}={page.column(f'__k{i}')[at].as_py()}"
+                                   for i, c in enumerate(table.key)) + ")"
+    raise OptionsError(f"connector 'postgres': column {column.name} of {table.label} holds {column.beyond_arrow[1]}"
+                       f"{row}, which Arrow's {column.arrow} cannot hold; add -o text_columns={column.name} to read "
+                       "it as the server's text")
 
 
 def _run(cursor: Any, query: str) -> pa.Table:

@@ -136,7 +136,9 @@ def _plain(column: Column) -> str:
     if column.base == "date":
         return f"({name} - DATE '1970-01-01')"
     if column.base in ("timestamp", "timestamptz"):
-        return f"(extract(epoch FROM {name}) * 1000000)::int8"
+        # the day and the time of day apart: extract(epoch) of a timestamp loses its last digits near year 294247
+        return (f"(({name})::date - DATE '1970-01-01')::int8 * 86400000000 "
+                f"+ (extract(epoch FROM ({name})::time) * 1000000)::int8")
     if column.base == "time":
         return f"(extract(epoch FROM {name}) * 1000000)::int8"
     return column.select

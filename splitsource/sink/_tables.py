@@ -33,7 +33,7 @@ import re
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -110,6 +110,7 @@ class TableFormat(ABC):
 
     partitions: ClassVar[bool] = False  # bucket columns become the table's identity partitions
     partition_columns_in_files: ClassVar[bool] = False  # the part files hold them too (else only their paths)
+    times_of_day: ClassVar[bool] = True  # it has a type for Arrow's time32/time64
 
     def check(self, *, file_format: str, bucketer: str, path: str, catalog: str) -> None:
         """Refuse what this format cannot hold, before anything is written."""
@@ -124,8 +125,13 @@ class TableFormat(ABC):
 
     def check_schema(self, schema: pa.Schema, partitions: Sequence[str]) -> None:
         """Refuse, before anything is written, what the table cannot hold: timestamps in another unit than
-        microseconds (Delta's and Iceberg's), partition columns whose values it cannot hold as text."""
+        microseconds (Delta's and Iceberg's), times of day where it has no such type (Delta), partition columns
+        whose values it cannot hold as text."""
         for field in schema:
+            if not self.times_of_day and _has_type(field.type, pa.types.is_time):
+                raise OptionsError(f"column {field.name!r} holds times of day ({field.type}), which a {self.name} "
+                                   "table has no type for: have the connector read it as text, or copy into an Iceberg "
+                                   "table or files")
             unit = _timestamp_unit(field.type)
             if unit not in (None, "us"):
                 raise OptionsError(f"column {field.name!r} holds timestamps in {unit} ({field.type}); a {self.name} "
@@ -268,6 +274,7 @@ class DeltaFormat(TableFormat):
     extra = "delta"
     reserved = ("_delta_log",)
     partitions = True
+    times_of_day = False  # Delta's types have no time of day
 
     @staticmethod
     def _app(log_id: str) -> str:
@@ -496,14 +503,23 @@ class IcebergFormat(TableFormat):
         return out
 
 
+def _inner_types(t: pa.DataType) -> list[pa.DataType]:
+    """The types a list, map or struct type holds (none for any other type)."""
+    return ([t.key_type, t.item_type] if pa.types.is_map(t) else [t.value_type] if pa.types.is_list(t)
+            or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) else [f.type for f in t]
+            if pa.types.is_struct(t) else [])
+
+
+def _has_type(t: pa.DataType, test: Callable[[pa.DataType], bool]) -> bool:
+    """Whether ``t``, or a type it holds at any depth, passes ``test``."""
+    return test(t) or any(_has_type(inner, test) for inner in _inner_types(t))
+
+
 def _timestamp_unit(t: pa.DataType) -> str | None:
     """The unit of the timestamps ``t`` holds, at any depth (a unit other than microseconds, if there are two)."""
     if pa.types.is_timestamp(t):
         return str(t.unit)
-    inner = ([t.key_type, t.item_type] if pa.types.is_map(t) else [t.value_type] if pa.types.is_list(t)
-             or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t) else [f.type for f in t]
-             if pa.types.is_struct(t) else [])
-    units = {u for u in map(_timestamp_unit, inner) if u is not None}
+    units = {u for u in map(_timestamp_unit, _inner_types(t)) if u is not None}
     return None if not units else sorted(units - {"us"} or units)[0]
 
 

@@ -7,6 +7,7 @@ Every rule is integer arithmetic on Arrow's stored values, so nothing overflows 
   years, as DataStax Bulk Loader and ``java.time`` print them): ``+10000-01-01``, ``-0001-12-31``;
 - ``timestamp`` with a zone: the instant in UTC, ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (as many fraction digits as the
   unit has); without a zone, the same without ``Z``;
+- ``time``: ``HH:MM:SS.ffffff`` (as many fraction digits as the unit has), the time of day;
 - a ``struct<months: int32, days: int32, nanoseconds: int64>`` (a CQL ``duration``): ISO 8601 duration text,
   ``P1Y2M3DT4H5M6.000000007S``, ``-P1M``, ``PT0S``;
 - floating point: the shortest text that reads back as the same value (``0.1`` for a float32 0.1), always with a
@@ -32,10 +33,12 @@ __all__ = [
     "is_duration",
     "iso_date",
     "iso_duration",
+    "iso_time",
     "iso_timestamp",
     "json_fragments",
     "parse_iso_date",
     "parse_iso_duration",
+    "parse_iso_time",
     "parse_iso_timestamp",
     "plain_storage",
     "text_column",
@@ -82,17 +85,20 @@ def iso_date(days: int) -> str:
 
 def iso_timestamp(value: int, unit: str = "us", zoned: bool = True) -> str:
     days, rest = divmod(value, _UNITS_PER_DAY[unit])
+    return f"{iso_date(days)}T{iso_time(rest, unit)}" + ("Z" if zoned else "")
+
+
+def iso_time(value: int, unit: str = "us") -> str:
+    """``HH:MM:SS.ffffff``: ``value`` units after midnight (as many fraction digits as ``unit`` has)."""
     digits = _UNIT_DIGITS[unit]
-    seconds, fraction = divmod(rest, 10**digits)
+    seconds, fraction = divmod(value, 10**digits)
     hh, rem = divmod(seconds, 3600)
     mm, ss = divmod(rem, 60)
-    text = f"{iso_date(days)}T{hh:02d}:{mm:02d}:{ss:02d}"
-    if digits:
-        text += f".{fraction:0{digits}d}"
-    return text + ("Z" if zoned else "")
+    return f"{hh:02d}:{mm:02d}:{ss:02d}" + (f".{fraction:0{digits}d}" if digits else "")
 
 
 _DATE_RE = re.compile(r"([+-]?\d{4,})-(\d{2})-(\d{2})")
+_TIME_RE = re.compile(r"(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
 _TS_RE = re.compile(r"([+-]?\d{4,})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
 
 
@@ -103,18 +109,32 @@ def parse_iso_date(text: str) -> int:
     return days_from_civil(int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
+def parse_iso_time(text: str, unit: str = "us") -> int:
+    """An ISO 8601 time of day (optional fraction) in ``unit`` after midnight."""
+    m = _TIME_RE.fullmatch(text.strip())
+    if not m:
+        raise ValueError(f"not an ISO 8601 time: {text!r}")
+    hh, mi, ss, frac = m.groups()
+    return _in_unit(int(hh) * 3600 + int(mi) * 60 + int(ss), frac, unit, text)
+
+
 def parse_iso_timestamp(text: str, unit: str = "us") -> int:
     """An ISO 8601 date-time (``T`` or space, optional fraction, ``Z`` or an offset) in ``unit`` since the epoch."""
     m = _TS_RE.fullmatch(text.strip())
     if not m:
         raise ValueError(f"not an ISO 8601 timestamp: {text!r}")
     year, month, day, hh, mi, ss, frac, zone = m.groups()
-    digits = _UNIT_DIGITS[unit]
     seconds = days_from_civil(int(year), int(month), int(day)) * 86_400 + int(hh) * 3600 + int(mi) * 60 + int(ss)
     if zone and zone != "Z":
         sign = -1 if zone[0] == "-" else 1
         hours, minutes = int(zone[1:3]), int(zone[-2:])
         seconds -= sign * (hours * 3600 + minutes * 60)
+    return _in_unit(seconds, frac, unit, text)
+
+
+def _in_unit(seconds: int, frac: str | None, unit: str, text: str) -> int:
+    """``seconds`` and a decimal fraction ``frac`` of a second in ``unit``, refusing precision ``unit`` lacks."""
+    digits = _UNIT_DIGITS[unit]
     fraction = (frac or "").ljust(9, "0")
     if frac and int(fraction[digits:] or "0"):
         raise ValueError(f"{text!r} has more precision than unit {unit}")
@@ -205,11 +225,14 @@ def _render_json(t: pa.DataType) -> Callable[[Any], str]:
         return lambda v: f'"{iso_timestamp(v, unit, zoned)}"'
     if pa.types.is_date32(t):
         return lambda v: f'"{iso_date(v)}"'
+    if pa.types.is_time(t):
+        time_unit = t.unit
+        return lambda v: f'"{iso_time(v, time_unit)}"'
     if pa.types.is_date64(t):
         return lambda v: f'"{iso_date(v // 86_400_000)}"'
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return lambda v: '"' + base64.b64encode(v).decode("ascii") + '"'
-    if pa.types.is_decimal(t) or pa.types.is_time(t) or pa.types.is_duration(t):
+    if pa.types.is_decimal(t) or pa.types.is_duration(t):
         return lambda v: json.dumps(str(v))
     if is_duration(t):
         return lambda v: f'"{iso_duration(v["months"], v["days"], v["nanoseconds"])}"'

@@ -12,13 +12,19 @@ from typing import Any
 
 import pyarrow as pa
 
-from splitsource.sink._text import is_duration, parse_iso_date, parse_iso_duration, parse_iso_timestamp
+from splitsource.sink._text import (
+    is_duration,
+    parse_iso_date,
+    parse_iso_duration,
+    parse_iso_time,
+    parse_iso_timestamp,
+)
 
 __all__ = ["from_json", "from_text"]
 
 
 _STRING_RENDERED = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary,
-                    pa.types.is_timestamp, pa.types.is_date, pa.types.is_decimal, is_duration)
+                    pa.types.is_timestamp, pa.types.is_date, pa.types.is_time, pa.types.is_decimal, is_duration)
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
@@ -32,6 +38,8 @@ def from_json(value: Any, t: pa.DataType) -> Any:
         return parse_iso_timestamp(value, t.unit)
     if pa.types.is_date32(t):
         return parse_iso_date(value)
+    if pa.types.is_time(t):
+        return parse_iso_time(value, t.unit)
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return base64.b64decode(value, validate=True)
     if is_duration(t):

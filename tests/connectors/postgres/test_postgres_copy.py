@@ -88,8 +88,12 @@ def test_one_instant_while_writers_run(postgres15: PostgresServer, table_name: s
                 try:
                     with conn.transaction():
                         a, b = conn.execute(f"SELECT id FROM {table_name} ORDER BY random() LIMIT 2").fetchall()
-                        conn.execute(f"UPDATE {table_name} SET balance = balance - 7 WHERE id = %s", a)
-                        conn.execute(f"UPDATE {table_name} SET balance = balance + 7 WHERE id = %s", b)
+                        moved = [conn.execute(f"UPDATE {table_name} SET balance = balance - 7 WHERE id = %s",
+                                              a).rowcount,
+                                 conn.execute(f"UPDATE {table_name} SET balance = balance + 7 WHERE id = %s",
+                                              b).rowcount]
+                        if moved != [1, 1]:  # the other writer deleted one of them since the SELECT
+                            raise TypeError("roll back: a half transfer would not keep the total")
                         gone = conn.execute(f"DELETE FROM {table_name} WHERE id = %s RETURNING balance",
                                             (rng.choice([a[0], b[0]]),)).fetchone()
                         next_id += 1
@@ -97,7 +101,7 @@ def test_one_instant_while_writers_run(postgres15: PostgresServer, table_name: s
                                      (next_id, gone[0]))
                     transactions[0] += 1
                 except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure, TypeError):
-                    pass  # two writers on one row: that transaction rolled back whole
+                    pass  # two writers on one row (a deadlock, or a row the other deleted): rolled back whole
 
     writers = [threading.Thread(target=write, args=(i,), daemon=True) for i in range(2)]
     for w in writers:
