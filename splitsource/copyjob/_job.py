@@ -276,16 +276,19 @@ class Copy:
         identity = self.identity()
         made = [p for p in (self.settings.output, self.settings.checkpoint, self.places[0][1]) if not _exists(p)]
         self.check_places(made)
-        failed, locked = True, False
+        failed, owned = True, False
         try:
             with CopyLock(self.places, command=f"splitsource copy --engine {self.engine.name}",
                           lease_s=self.settings.lease_s) as lock:
-                locked = True
+                owned = True
                 self.committer.fence = lock.check
                 claimed, result, rows_before = self.owned_run(identity)
             failed = False
+        except LeaseLostError:
+            owned = False  # what it made is the copy's that took over now: it touches nothing more
+            raise
         finally:
-            if failed and locked:  # a copy refused by another's lock must not touch what that copy is making
+            if failed and owned:  # a copy refused by another's lock must not touch what that copy is making
                 _remove_if_empty(made)
         return self.summary(result, claimed.resumed, rows_before, started)
 

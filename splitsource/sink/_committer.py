@@ -341,9 +341,9 @@ class BucketingGlobalCommitter:
             self._finish(record)
         return pending
 
-    def commit(self, record: CommitRecord) -> None:
+    def commit(self, record: CommitRecord) -> bool:
         """Make ``record``'s files finished, exactly once (steps 2-5 of the module docstring); committing the same
-        record again finishes what is left of it."""
+        record again finishes what is left of it. False: a file of it was gone, and it was rolled back whole."""
         path = join(self._log, f"{record.seq:020d}.commit")
         data = write_envelope(COMMIT_RECORD_SERIALIZER, record)
         try:
@@ -358,6 +358,8 @@ class BucketingGlobalCommitter:
                 self.fs.write(path, data, exclusive=True)  # of two writers racing for a number, one wins
             except FileExistsError:
                 logged = self.fs.read_bytes(path)
+            else:  # a writer that lost its lease since its fence leaves the record to the one that took over
+                self.fence()
         if logged is not None and logged != data:
             other = read_envelope(COMMIT_RECORD_SERIALIZER, logged)
             if record.kind == other.kind == "stream" and (other.write_id, other.batch_id) == (record.write_id,
@@ -365,7 +367,7 @@ class BucketingGlobalCommitter:
                 raise _CommittedBefore(other)  # the same batch, committed by a holder this one took over from
             raise SinkError(f"commit {record.seq}: {path} exists already and logs another commit: another writer "
                             f"is committing into {self.base} at the same time; write to another path")
-        self._finish(record)
+        return self._finish(record)
 
     def _check_pending(self, record: CommitRecord) -> None:
         by_bucket: dict[str, set[str]] = {}
@@ -414,11 +416,19 @@ class BucketingGlobalCommitter:
         if before_commit is not None:
             before_commit()
         try:
-            self.commit(record)
-        except _CommittedBefore as before:  # this batch's files duplicate the ones that commit published
-            self._finish(before.record)
-            self.delete_pending(files)
-            return None
+            finished = self.commit(record)
+        except _CommittedBefore as before:
+            if self._finish(before.record):  # this batch's files duplicate the ones that commit published
+                self.delete_pending(files)
+                return None
+            # a writer this one took over from logged the batch after its files were swept: rolled back, so
+            # this writer's files commit it
+            finished = self.commit(record)
+        if not finished:
+            self.fence()  # the files went with a copy that took over: say so
+            raise SinkError(f"commit {record.seq}: a part file of batch {batch_id} was removed while it was being "
+                            "committed, so the commit was rolled back whole; run the write again to read it again")
+        self.fence()  # a writer that lost its lease sweeps nothing: what is transient now is the new holder's
         self.sweep(keep=(), owner=owner)
         return record
 
@@ -533,7 +543,8 @@ class BucketingGlobalCommitter:
         prefix = self.base.rstrip("/") + "/"
         return path[len(prefix):] if path.startswith(prefix) else ("" if path == self.base else path)
 
-    def _finish(self, record: CommitRecord) -> None:
+    def _finish(self, record: CommitRecord) -> bool:
+        """Finish the logged ``record``; False: a file of it was gone, and it was rolled back whole instead."""
         todo: list[PendingFile] = list(record.files)
         try:
             for _ in range(self.max_attempts):
@@ -542,7 +553,7 @@ class BucketingGlobalCommitter:
                     break
         except _Gone as gone:
             self._roll_back(record, gone)
-            return
+            return False
         if todo:
             raise SinkError(f"commit {record.seq}: could not finish {len(todo)} part file(s), e.g. "
                             f"{todo[0].pending_path(self.base, self.names)}; re-running the write finishes them")
@@ -556,6 +567,7 @@ class BucketingGlobalCommitter:
             self._keep_query(record)
         self.fs.write(join(self._log, f"{record.seq:020d}.done"), b"")
         self._prune()
+        return True
 
     def _keep_query(self, record: CommitRecord) -> None:
         kept = self.query_record(record.write_id)
@@ -579,8 +591,9 @@ class BucketingGlobalCommitter:
         self.fs.delete(join(self._log, f"{record.seq:020d}.commit"))
         self.fs.sync_dir(self._log, "write.dir")
         what = f"batch {record.batch_id} of {record.write_id}" if record.kind == "stream" else "a write"
-        log.warning("commit %d (%s) was rolled back: its part file %s is gone (removed from outside the sink); "
-                    "it counts as not committed%s", record.seq, what, gone.pending,
+        log.warning("commit %d (%s) was rolled back: its part file %s is gone (removed from outside the sink, or "
+                    "swept by a copy that took over from the one that logged it); it counts as not committed%s",
+                    record.seq, what, gone.pending,
                     " and is read again" if record.kind == "stream" else "")
 
     def _prune(self) -> None:

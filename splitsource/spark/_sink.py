@@ -109,7 +109,10 @@ class BucketingBatchWriter(DataSourceArrowWriter):
         files, _ = _collect(messages)
         committer.recover()
         record = committer.combine(files, kind="overwrite" if self.overwrite else "append", write_id=self.write_id)
-        committer.commit(record)
+        if not committer.commit(record):
+            raise SinkError(f"{self.options.path}: a part file of this write was removed while it was being "
+                            "committed, so the commit was rolled back whole; nothing of this write is visible, run it "
+                            "again")
         committer.sweep(keep=(), owner=self.write_id[:12])  # failed and speculative attempts of this write
         committer.end_of_input(_summary(record))
 

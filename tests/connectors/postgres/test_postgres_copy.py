@@ -54,16 +54,20 @@ def test_a_copy_is_exact_and_verifies(postgres: PostgresServer, table_name: str,
             assert secret.encode() not in path.read_bytes(), f"the password is in {path}"
 
 
-@pytest.mark.parametrize("split_by", ["key", "blocks"])
+@pytest.mark.parametrize("split_by,engine", [("key", "local"), ("blocks", "local"), ("key", "spark")])
 def test_a_sigkill_storm_ends_exact(postgres15: PostgresServer, table_name: str, tmp_path: Path,
-                                    split_by: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ten SIGKILLs of the local engine, each after a commit, at a random point of the next batch."""
+                                    split_by: str, engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ten SIGKILLs of the copy, each after a commit, at a random point of the next batch."""
     make_events(postgres15, table_name, 60_000)
     monkeypatch.setenv("PGPASSWORD", postgres15.env["PGPASSWORD"])
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this environment's
     out = tmp_path / "out"
     args = ["copy", *cli_options(postgres15, table_name, split_size_mb="0.1", page_rows="500", split_by=split_by),
-            "--output", str(out), "--engine", "local", "--workers", "2", "--max-splits-per-batch", "2", "--quiet"]
-    kill_and_rerun(args, out, kills=10, seed=7, jitter=0.3)
+            "--output", str(out), "--engine", engine, *(["--workers", "2"] if engine == "local" else []),
+            "--max-splits-per-batch", "2", "--quiet"]
+    # a Spark engine's every third kill takes the coordinator alone: its JVM and Python workers find out themselves
+    kill_and_rerun(args, out, kills=10, seed=7, jitter=0.3,
+                   coordinator_alone=lambda kill: engine == "spark" and kill % 3 == 2)
     ids = [r[0] for r in _rows(out, "id")]
     assert sorted(ids) == list(range(1, 60_001))
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,73 @@ def test_a_lease_renewal_on_s3_is_one_conditional_put(s3: Any) -> None:
     finally:
         proxy.shutdown()
         proxy.server_close()
+
+
+# Runs the copy with its create of commit record ``sys.argv[2]`` held at the door, after the fence let it through:
+# "stop" stops the whole process there (its lease renewal too, as a long pause would), "wait" waits for the file
+# <gate>/release. Either way <gate>/<name>.reached says it got there.
+HELD_AT_THE_RECORD = textwrap.dedent("""
+    import os, signal, sys, time
+    from splitsource import _fs
+    from splitsource.cli import main
+
+    gate, record, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+    original = _fs.Store.write
+
+    def write(self, path, data, **kwargs):
+        if kwargs.get("exclusive") and path.endswith("/" + record):
+            open(os.path.join(gate, mode + ".reached"), "w").close()
+            if mode == "stop":
+                os.kill(os.getpid(), signal.SIGSTOP)
+            else:
+                deadline = time.monotonic() + 120
+                while not os.path.exists(os.path.join(gate, "release")) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+        return original(self, path, data, **kwargs)
+
+    _fs.Store.write = write
+    sys.exit(main(sys.argv[4:]))
+""")
+
+
+def test_a_zombie_stopped_between_its_fence_and_its_commit_record_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    """The narrowest window a fence leaves: a copy passes the fence of its second commit and stops right before it
+    creates the record. Another copy takes the expired lease over, sweeps the stopped copy's pending files, reads
+    the batch again and stops right before creating the same record. The first wakes and creates it first, then
+    finds at its next fence that it lost the lease and stops, touching nothing more (it had swept the new holder's
+    files as its own orphans, and removed the output's emptied directories). The new holder finds the record
+    logged, rolls it back (its files are gone) and commits its own: the output holds every row once."""
+    out, gate = str(tmp_path / "out"), tmp_path / "gate"
+    gate.mkdir()
+    record = f"{1:020d}.commit"  # the second commit: the first, 0, went through
+    args = ["copy", *GATED, "--output", out, "--engine", "local", "--workers", "2", "--max-splits-per-batch", "2",
+            "--lease-s", str(LEASE_S), "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def held(mode: str, host: str | None = None) -> subprocess.Popen[bytes]:
+        command = _cli(["__held__"], host)
+        command[command.index("-m"):] = ["-c", HELD_AT_THE_RECORD, str(gate), record, mode, *args]
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                                env=env)
+
+    zombie = held("stop")
+    try:
+        _until("the zombie's stop at its record", lambda: (gate / "stop.reached").exists(), zombie)
+        _until("the lease's expiry", lambda: _expired(out))
+        taker = held("wait", host="other-pod")
+        _until("the taker's stop at the same record", lambda: (gate / "wait.reached").exists(), taker)
+        assert not (tmp_path / "out.bucketing" / "log" / record).exists()
+    finally:
+        os.killpg(zombie.pid, signal.SIGCONT)
+    _, zombie_err = zombie.communicate(timeout=120)
+    one_line(subprocess.CompletedProcess(zombie.args, zombie.returncode, "", zombie_err.decode()), 1,
+             "was taken over by pid", "commits nothing more")
+    assert (tmp_path / "out.bucketing" / "log" / record).exists(), "the zombie did not create its record first"
+    (gate / "release").touch()
+    _, err = taker.communicate(timeout=300)
+    taker_err = err.decode()
+    assert taker.returncode == 0, taker_err
+    assert "commit 1 (batch 0 of local-" in taker_err and "was rolled back" in taker_err, taker_err
+    assert _ids(out) == list(range(ROWS))  # every row once
+    leftovers = [p.name for p in Path(out).rglob("*") if p.is_file() and not p.name.startswith("part-")]
+    assert leftovers == [], f"files left in the output: {leftovers}"

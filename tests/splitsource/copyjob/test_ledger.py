@@ -48,12 +48,12 @@ def test_a_commit_that_fails_after_the_ledger_write_leaves_nothing_counted_twice
     real_commit = BucketingGlobalCommitter.commit
     failed: list[int] = []
 
-    def commit(self: BucketingGlobalCommitter, record: Any) -> None:
+    def commit(self: BucketingGlobalCommitter, record: Any) -> bool:
         if record.batch_id == 1 and not failed:
             failed.append(record.batch_id)
             assert (Path(f"{out}.checkpoint") / "splits" / f"{1:020d}.json").exists(), "no ledger before the commit"
             raise OSError("injected: the commit record cannot be written")
-        real_commit(self, record)
+        return real_commit(self, record)
 
     monkeypatch.setattr(BucketingGlobalCommitter, "commit", commit)
     with pytest.raises(Exception, match="injected"):
