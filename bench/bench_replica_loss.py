@@ -33,16 +33,17 @@ HOSTS = ",".join(f"127.0.0.{i}" for i in range(FIRST, FIRST + NODES))
 from bench._measure import record  # noqa: E402
 
 
-def load(rows: int) -> None:
+def load(rows: int, hosts: str = HOSTS) -> None:
+    """``rows`` rows of 200 random bytes into rf3.t (replication factor 3) on the ring of ``hosts``."""
     from cassandra import ConsistencyLevel
     from cassandra.cluster import Cluster
     from cassandra.concurrent import execute_concurrent_with_args
 
-    cluster = Cluster(HOSTS.split(","))
+    cluster = Cluster(hosts.split(","))
     try:
         session = cluster.connect()
         deadline = time.monotonic() + 120
-        while len(list(session.execute("SELECT peer FROM system.peers"))) < NODES - 1:
+        while len(list(session.execute("SELECT peer FROM system.peers"))) < len(hosts.split(",")) - 1:
             if time.monotonic() > deadline:
                 raise SystemExit("bench: the ring's nodes never all joined")
             time.sleep(0.2)

@@ -29,6 +29,7 @@ run $py bench/bench_spark_overhead.py --rows 2000000 --repeat 3
 run $py bench/bench_cluster_copy.py --repeat 2
 run $py bench/bench_durability.py --rows 2000000 --repeat 3
 run $py bench/bench_replica_loss.py --rows 100000 --repeat 1
+run $py bench/bench_hung_node.py --before 14dc81e --repeat 1  # the commit before the driver sessions were shared
 run $py bench/bench_object_store.py --repeat 3
 run $py bench/bench_tables.py --repeat 3
 run $py bench/bench_postgres.py --repeat 3  # starts its own PostgreSQL 15; bench/tools.py fetches the peers
