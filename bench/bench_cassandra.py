@@ -5,7 +5,7 @@ Each method runs in its own child process (wall time includes start-up; peak RSS
 
 - ``driver-1``: one process scans every token range with the driver's paging (rows as tuples, nothing else);
 - ``driver-N``: the same split over one process per core: the client-side ceiling on this machine;
-- ``splitsource-local``: ``LocalRuntime`` with 2 readers: enumerator, split readers, Arrow batches, no Spark;
+- ``splitsource-local``: ``InProcessRuntime`` with 2 readers: enumerator, split readers, Arrow batches, no Spark;
 - ``splitsource-spark``: ``spark.read.format("splitsource")`` + ``count()`` in ``local[2]``.
 
 Repeats each ``--repeat`` times, prints medians and the ratio to ``driver-N``, writes bench/results/cassandra.json.
@@ -71,9 +71,9 @@ def method_driver(processes: int) -> int:
 
 def method_local() -> int:
     from connectors.cassandra import CassandraSource
-    from splitsource.runtime import LocalRuntime
+    from splitsource.runtime import InProcessRuntime
 
-    result = LocalRuntime(CassandraSource(OPTIONS), 2).run()
+    result = InProcessRuntime(CassandraSource(OPTIONS), 2).run()
     return sum(b.num_rows for b in result.batches)
 
 

@@ -9,7 +9,7 @@ The public API comes in three tiers, each in its own place:
    one field), the error tree,
    and :mod:`splitsource.testing`, the conformance kit. See ``docs/connector-guide.md``.
 2. **The runtime API** (:mod:`splitsource.runtime`): what drives a connector without Spark: :class:`SourceReader`,
-   :class:`~splitsource.runtime.LocalRuntime`, :func:`read_local`, :class:`RetryPolicy`.
+   :class:`~splitsource.runtime.InProcessRuntime`, :func:`read_local`, :class:`RetryPolicy`.
 3. **The user's API**: :mod:`splitsource.copyjob` (:func:`copy`, :func:`verify`), :mod:`splitsource.spark`
    (``format("splitsource")``, ``format("bucketing")``, :func:`register`), :mod:`splitsource.sink` (the bucketing
    sink's parts), and the ``splitsource`` command. :func:`copy`, :func:`verify`, :func:`read_local` and

@@ -1,4 +1,4 @@
-"""A local runtime without Spark: one enumerator, N reader threads, dynamic split requests and add-back.
+"""The in-process runtime, without Spark: one enumerator, N reader threads, dynamic split requests and add-back.
 
 It is what the conformance kit (:mod:`splitsource.testing`) runs connectors on, and a quick way to read a source
 in plain Python (``read_local(source)``).
@@ -17,7 +17,7 @@ from splitsource._api import EnumeratorState, FixedEnumeratorContext, Source, Sp
 from splitsource._planning import ReadRate, RetryPolicy
 from splitsource.runtime._source_reader import SourceReader
 
-__all__ = ["Checkpoint", "LocalRuntime", "RunResult", "read_local"]
+__all__ = ["Checkpoint", "InProcessRuntime", "RunResult", "read_local"]
 
 SplitT = TypeVar("SplitT", bound=Split)
 
@@ -44,7 +44,7 @@ class RunResult(Generic[SplitT]):
         return pa.Table.from_batches(self.batches, schema=schema)
 
 
-class LocalRuntime(Generic[SplitT]):
+class InProcessRuntime(Generic[SplitT]):
     """Runs ``source`` with ``parallelism`` reader threads that request splits one at a time.
 
     - ``restore``: start from a :class:`Checkpoint` instead of a fresh plan (the enumerator is restored from its
@@ -148,8 +148,8 @@ class LocalRuntime(Generic[SplitT]):
 
 
 def read_local(source: Source[Any, Any, Any, Any], parallelism: int = 2) -> pa.Table:
-    """Read the whole source with the local runtime and return one table (row order is not defined)."""
-    result = LocalRuntime(source, parallelism).run()
+    """Read the whole source with the in-process runtime and return one table (row order is not defined)."""
+    result = InProcessRuntime(source, parallelism).run()
     return result.table(source.schema())
 
 

@@ -1,6 +1,6 @@
 """The conformance kit: checks every connector's tests call (like Beam's ``source_test_utils``).
 
-Each check runs the connector on the local runtime (no Spark) and raises ``AssertionError`` with a readable
+Each check runs the connector on the in-process runtime (no Spark) and raises ``AssertionError`` with a readable
 message when a contract of :mod:`splitsource` is broken::
 
     from splitsource import testing
@@ -34,11 +34,11 @@ from serializers import read_envelope, write_envelope
 from splitsource._api import FixedEnumeratorContext, Source, Split
 from splitsource._planning import check_options_class
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
-from splitsource.runtime._local import Checkpoint, LocalRuntime
+from splitsource.runtime._local import Checkpoint, InProcessRuntime
 from splitsource.testing._golden import check_golden
 
 __all__ = [
-    "LocalRuntime",
+    "InProcessRuntime",
     "check_add_back",
     "check_add_back_snapshot",
     "check_all",
@@ -84,7 +84,7 @@ def _trivial(check: str, why: str) -> AssertionError:
 
 
 def _reference(source: AnySource, expected: pa.Table | None) -> Counter[Hashable]:
-    rows = rows_of(expected) if expected is not None else rows_of(LocalRuntime(source, 1).run().batches,
+    rows = rows_of(expected) if expected is not None else rows_of(InProcessRuntime(source, 1).run().batches,
                                                                   source.schema())
     if not rows:
         raise _trivial("reference", "the source has no rows, so any read would equal it")
@@ -93,7 +93,7 @@ def _reference(source: AnySource, expected: pa.Table | None) -> Counter[Hashable
 
 def check_parallel_read(source: AnySource, expected: pa.Table | None = None, parallelism: int = 3) -> None:
     """Reading every split with ``parallelism`` readers equals the whole source: no gap, no overlap."""
-    result = LocalRuntime(source, parallelism).run()
+    result = InProcessRuntime(source, parallelism).run()
     for batch in result.batches:
         assert batch.schema.equals(source.schema()), f"batch schema {batch.schema} != source schema"
     _assert_same(rows_of(result.batches, source.schema()), _reference(source, expected), "parallel read")
@@ -113,11 +113,11 @@ def check_snapshot_restore(
 ) -> None:
     """Stop after ``stop_after_batches`` batches, round-trip the checkpoint through its serializers, restore
     into a fresh runtime and finish: what was read before plus after equals the whole source exactly."""
-    first = LocalRuntime(source, parallelism).run(stop_after_batches=stop_after_batches)
+    first = InProcessRuntime(source, parallelism).run(stop_after_batches=stop_after_batches)
     if first.checkpoint is None:
         raise _trivial("snapshot and restore", f"the source ended before {stop_after_batches} batch(es)")
     restored = _round_trip_checkpoint(source, first.checkpoint)
-    batches = list(first.batches) + LocalRuntime(source, parallelism, restore=restored).run().batches
+    batches = list(first.batches) + InProcessRuntime(source, parallelism, restore=restored).run().batches
     _assert_same(
         rows_of(batches, source.schema()),
         _reference(source, expected),
@@ -130,9 +130,9 @@ def check_add_back(
 ) -> None:
     """Reader 0 fails after ``fail_after_batches`` batches; its unfinished splits go back to the enumerator and
     another reader finishes them: every record exactly once."""
-    result = LocalRuntime(source, parallelism).run(fail_readers={0: fail_after_batches})
+    result = InProcessRuntime(source, parallelism).run(fail_readers={0: fail_after_batches})
     if result.reader_failures == 0:  # the other readers took the work: one reader then has all of it
-        result = LocalRuntime(source, 1).run(fail_readers={0: fail_after_batches})
+        result = InProcessRuntime(source, 1).run(fail_readers={0: fail_after_batches})
     if result.reader_failures == 0:
         raise _trivial("add-back", f"the source has fewer than {fail_after_batches} batch(es), so no reader failed")
     _assert_same(
@@ -189,7 +189,7 @@ def _differences(actual: Any, expected: Any) -> str:
 def check_serializers(source: AnySource, max_splits: int = 1000) -> None:
     """Every generated split, and the enumerator state after each split, round-trips through its serializer; so
     does what remains of each split after its first fetch, which keeps the split's id."""
-    enumerator = source.create_enumerator(LocalRuntime(source, 1).enumerator.context)
+    enumerator = source.create_enumerator(InProcessRuntime(source, 1).enumerator.context)
     enumerator.start()
     serializer = source.split_serializer()
     taken: list[Split] = []
@@ -252,7 +252,7 @@ def _narrowed(source: AnySource, split: Split) -> Split:
 def check_wake_up_resume(source: AnySource, timeout: float = 30.0, max_splits: int = 8) -> None:
     """A fetch interrupted by ``wake_up`` returns promptly, and fetching on yields every record once. Tried on the
     first of the first ``max_splits`` splits that takes more than one fetch (a source's first split may be small)."""
-    enumerator = source.create_enumerator(LocalRuntime(source, 1).enumerator.context)
+    enumerator = source.create_enumerator(InProcessRuntime(source, 1).enumerator.context)
     enumerator.start()
     splits = [s for s in (enumerator.next_split() for _ in range(max_splits)) if s is not None]
     enumerator.close()

@@ -6,7 +6,7 @@ import tracemalloc
 
 from connectors.generator import GeneratorSource
 from connectors.generator._source import GeneratorEnumerator
-from splitsource.runtime import LocalRuntime
+from splitsource.runtime import InProcessRuntime
 
 
 def enumerator(rows: int, split_rows: int) -> GeneratorEnumerator:
@@ -66,6 +66,6 @@ def test_memory_does_not_grow_with_number_of_splits() -> None:
 
 def test_runtime_requests_splits_dynamically() -> None:
     source = GeneratorSource({"rows": "1000", "split_rows": "100"})
-    result = LocalRuntime(source, 3).run()
+    result = InProcessRuntime(source, 3).run()
     assert sum(b.num_rows for b in result.batches) == 1000
     assert result.split_requests >= 10 + 3  # one per split, plus each reader's final 'none left'

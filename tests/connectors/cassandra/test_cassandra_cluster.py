@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from connectors.cassandra import CassandraSource
-from splitsource.runtime import LocalRuntime, RetryPolicy, read_local
+from splitsource.runtime import InProcessRuntime, RetryPolicy, read_local
 from tests.fixtures import wait_for
 
 from .test_cassandra_source import checksum
@@ -161,7 +161,7 @@ def test_scan_survives_a_node_crash_and_restart_mid_scan(ring: Ring, tmp_path: P
     gate = tmp_path / "gate"
     gate.mkdir()
     source = GatedCassandraSource({**options, "gate": str(gate), "gate_splits": ";".join(owned)})
-    runtime = LocalRuntime(source, 2, retry=RetryPolicy(max_attempts=5, initial_backoff=0.2, max_backoff=2.0,
+    runtime = InProcessRuntime(source, 2, retry=RetryPolicy(max_attempts=5, initial_backoff=0.2, max_backoff=2.0,
                                                         max_wait=240))
     outcome: dict[str, Any] = {}
 

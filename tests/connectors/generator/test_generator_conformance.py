@@ -103,6 +103,6 @@ def test_the_kit_refuses_checks_that_cannot_fail() -> None:
 
 
 def test_values_are_deterministic_across_split_layouts() -> None:
-    a = testing.rows_of(testing.LocalRuntime(source(5000, 100, 33), 3).run().batches, source(1, 1, 1).schema())
+    a = testing.rows_of(testing.InProcessRuntime(source(5000, 100, 33), 3).run().batches, source(1, 1, 1).schema())
     b = testing.rows_of(expected(source(5000, 5000, 5000)))
     assert a == b

@@ -25,7 +25,7 @@ OPTIONS = {"rows": "2000", "split_rows": "200", "batch_rows": "50", "fetch_delay
 
 
 def expected(source: GeneratorSource) -> pa.Table:
-    return pa.Table.from_batches(testing.LocalRuntime(source, 1).run().batches, source.schema())
+    return pa.Table.from_batches(testing.InProcessRuntime(source, 1).run().batches, source.schema())
 
 
 class LostAddBack(GeneratorSource):
