@@ -312,3 +312,25 @@ def wait_for(predicate: Any, what: str, timeout: float, alive: Any = None) -> No
             raise AssertionError(f"the job ended before {what}")
         assert time.monotonic() < deadline, f"no {what} within {timeout}s"
         time.sleep(0.05)
+
+
+Rows = dict[int, dict[str, Any]]
+
+
+def assert_rows(got: Rows, want: Rows, where: str, same: Any) -> None:
+    """``got`` holds exactly the rows of ``want`` (by id), every field ``same`` as inserted (the fidelity tests'
+    comparison: NaN equal to NaN, -0.0 told from 0.0, ...)."""
+    assert sorted(got) == sorted(want), f"{where}: rows {sorted(got)}"
+    wrong = [(rid, k, got[rid].get(k), v) for rid in want for k, v in want[rid].items() if not same(got[rid].get(k), v)]
+    assert not wrong, f"{where}: {len(wrong)} wrong fields, first: {[str(w)[:200] for w in wrong[:5]]}"
+
+
+def json_lines(out: Path) -> Rows:
+    """The rows of a JSON lines output by their ``id``, read strictly: a bare NaN or Infinity fails."""
+    import json
+
+    def strict(constant: str) -> Any:
+        raise AssertionError(f"bare {constant} is not JSON")
+
+    lines = [line for part in sorted(out.glob("part-*")) for line in part.read_bytes().split(b"\n") if line]
+    return {row["id"]: row for row in (json.loads(line, parse_constant=strict) for line in lines)}

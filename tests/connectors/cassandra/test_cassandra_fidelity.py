@@ -36,6 +36,8 @@ from tests.connectors.cassandra.fidelity_table import (
     expected_plain,
     same,
 )
+from tests.fixtures import assert_rows as shared_assert_rows
+from tests.fixtures import json_lines
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.spark, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[3]
@@ -64,22 +66,7 @@ def plain_rows(table: pa.Table) -> dict[int, dict[str, Any]]:
 
 
 def assert_rows(got: dict[int, dict[str, Any]], want: dict[int, dict[str, Any]], where: str) -> None:
-    assert sorted(got) == sorted(want), f"{where}: rows {sorted(got)}"
-    wrong = [(rid, k, got[rid].get(k), v) for rid in want for k, v in want[rid].items() if not same(got[rid].get(k), v)]
-    assert not wrong, f"{where}: {len(wrong)} wrong fields, first: {wrong[:5]}"
-
-
-def json_lines(out: Path) -> dict[int, dict[str, Any]]:
-    def strict(constant: str) -> Any:
-        raise AssertionError(f"bare {constant} is not JSON")
-
-    rows = {}
-    for part in sorted(out.glob("part-*")):
-        for line in part.read_bytes().split(b"\n"):
-            if line:
-                row = json.loads(line, parse_constant=strict)
-                rows[row["id"]] = row
-    return rows
+    shared_assert_rows(got, want, where, same)
 
 
 def csv_value(text: str, want: Any) -> Any:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,8 @@ from tests.connectors.postgres.fidelity_table import (
     expected_plain,
     same,
 )
-from tests.fixtures import PostgresServer, polars_table
+from tests.fixtures import PostgresServer, json_lines, polars_table
+from tests.fixtures import assert_rows as shared_assert_rows
 from tests.splitsource.copyjob.test_copy import CLI
 
 pytestmark = pytest.mark.slow
@@ -55,17 +55,7 @@ def plain_rows(table: pa.Table) -> dict[int, dict[str, Any]]:
 
 
 def assert_rows(got: dict[int, dict[str, Any]], want: dict[int, dict[str, Any]], where: str) -> None:
-    assert sorted(got) == sorted(want), f"{where}: rows {sorted(got)}"
-    wrong = [(rid, k, got[rid].get(k), v) for rid in want for k, v in want[rid].items() if not same(got[rid].get(k), v)]
-    assert not wrong, f"{where}: {len(wrong)} wrong fields, first: {[str(w)[:200] for w in wrong[:5]]}"
-
-
-def json_lines(out: Path) -> dict[int, dict[str, Any]]:
-    def strict(constant: str) -> Any:
-        raise AssertionError(f"bare {constant} is not JSON")
-
-    lines = [line for part in sorted(out.glob("part-*")) for line in part.read_bytes().split(b"\n") if line]
-    return {row["id"]: row for row in (json.loads(line, parse_constant=strict) for line in lines)}
+    shared_assert_rows(got, want, where, same)
 
 
 def csv_rows(out: Path) -> dict[int, dict[str, Any]]:
