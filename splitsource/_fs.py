@@ -50,12 +50,14 @@ __all__ = [
     "SYNC_POINTS",
     "Capabilities",
     "Entry",
+    "Location",
     "Store",
     "Tracer",
     "as_store",
     "child_uri",
     "is_temporary",
     "is_uri",
+    "locate",
     "redact",
     "resolve_filesystem",
     "set_tracer",
@@ -554,3 +556,34 @@ def resolve_filesystem(path: str) -> tuple[Store, str]:
         return Store(fs), inner.rstrip("/")
     fs, prefix = cached
     return Store(fs), (prefix + inner_path).rstrip("/")
+
+
+@dataclass(frozen=True)
+class Location:
+    """A place given as text, resolved once (:func:`locate`): the text (a URI as given, a local path made
+    absolute), its store, and the path inside the store. Pass it on, not its text: every use then shares one store
+    (one client, one probe of what it can do) instead of resolving the text again."""
+
+    uri: str
+    store: Store
+    path: str
+
+    @property
+    def shown(self) -> str:
+        """The text without credentials: for every message, log and record."""
+        return redact(self.uri)
+
+    def child(self, *parts: str) -> Location:
+        """The place ``parts`` below this one, on the same store."""
+        names = [p.strip("/") for p in parts if p]
+        return Location(child_uri(self.uri, *names), self.store, "/".join([self.path.rstrip("/"), *names]))
+
+    def sibling(self, suffix: str) -> Location:
+        """This place with ``suffix`` appended to its last segment (``out`` -> ``out.checkpoint``)."""
+        return Location(sibling_uri(self.uri, suffix), self.store, self.path.rstrip("/") + suffix)
+
+
+def locate(text: str) -> Location:
+    """``text`` resolved once into a :class:`Location`."""
+    store, path = resolve_filesystem(text)
+    return Location(text if is_uri(text) else path, store, path)

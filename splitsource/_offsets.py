@@ -31,7 +31,7 @@ from typing import Any
 from serializers import SerializationError, read_envelope, write_envelope
 from splitsource._api import FixedEnumeratorContext, Source, Split, SplitEnumerator
 from splitsource._errors import CheckpointError
-from splitsource._fs import redact, resolve_filesystem
+from splitsource._fs import Location
 from splitsource._names import PLAN_SUFFIX
 from splitsource._planning import BatchLimit
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
@@ -76,17 +76,17 @@ class PlanStore:
     """Where plans are kept: ``<location>/<digest>.plan``, written once and atomically (content-addressed, so a
     second write of the same plan is harmless); no location: the plan goes into the offsets themselves."""
 
-    def __init__(self, location: str = "") -> None:
-        self.location = location.rstrip("/")
+    def __init__(self, location: Location | None = None) -> None:
+        self.location = location
 
     def put(self, offset: dict[str, Any], plan: bytes) -> None:
-        if not self.location:
+        if self.location is None:
             offset["plan_state"] = _b64(plan)
             if len(plan) > INLINE_PLAN_WARNING_BYTES:
                 log.warning("the read's plan is %d KiB and travels in every offset: set the option "
                             "'plan_location' to a durable directory to store it once", len(plan) // 1024)
             return
-        fs, base = resolve_filesystem(self.location)
+        fs, base = self.location.store, self.location.path
         path = f"{base}/{offset['plan']}{PLAN_SUFFIX}"
         found = fs.info(path)
         if found is None or found.size != len(plan):
@@ -101,16 +101,16 @@ class PlanStore:
             except (ValueError, TypeError) as exc:
                 raise _unreadable(exc) from None
         else:
-            if not self.location:
+            if self.location is None:
                 raise CheckpointError("the checkpoint's offsets refer to a plan stored apart (option "
                                       "'plan_location'), and no plan_location is set: use the options the read was "
                                       "started with")
-            fs, base = resolve_filesystem(self.location)
+            fs, base = self.location.store, self.location.path
             path = f"{base}/{digest}{PLAN_SUFFIX}"
             try:
                 plan = fs.read_bytes(path)
             except OSError:
-                raise CheckpointError(f"the read's plan {redact(self.location)}/{digest}{PLAN_SUFFIX} is missing; "
+                raise CheckpointError(f"the read's plan {self.location.child(digest + PLAN_SUFFIX).shown} is missing; "
                                       f"the checkpoint is incomplete; {START_OVER}") from None
         if _digest(plan) != digest:
             raise CheckpointError(f"the read's plan {digest} does not match its digest: it is corrupt; {START_OVER}")
@@ -120,9 +120,9 @@ class PlanStore:
         """Delete every stored plan but ``keep``'s (by digest): for a fresh start, when no offset refers to any
         other plan (an earlier start that stopped before its first offset left its plan behind, and a source
         whose size estimates changed plans differently). Best effort: a plan left over is only a small file."""
-        if not self.location:
+        if self.location is None:
             return
-        fs, base = resolve_filesystem(self.location)
+        fs, base = self.location.store, self.location.path
         try:
             for info in fs.list(base):
                 if info.name.endswith(PLAN_SUFFIX) and info.name != f"{keep}{PLAN_SUFFIX}":

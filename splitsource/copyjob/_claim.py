@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from splitsource._errors import CheckpointError, OptionsError, OutputOwnedError
-from splitsource._fs import Entry, is_temporary, redact, resolve_filesystem
+from splitsource._fs import Entry, Location, is_temporary
 from splitsource._names import (
     ERROR_LOG,
     FINISHED_FILE,
@@ -43,12 +43,12 @@ class Claim:
     created_owner: bool  # this run made the output its copy's
 
 
-def check_paths(output: str, checkpoint: str) -> None:
+def check_paths(output: Location, checkpoint: Location) -> None:
     """Refuse, before anything is written, an output or checkpoint that is a file or cannot be written."""
-    for flag, path in (("option 'output'", output), ("option 'checkpoint'", checkpoint)):
-        fs, base = resolve_filesystem(path)
+    for flag, place in (("option 'output'", output), ("option 'checkpoint'", checkpoint)):
+        fs, base, path = place.store, place.path, place.shown
         if fs.is_file(base):
-            raise OptionsError(f"{flag} {redact(path)} is a file; give a directory")
+            raise OptionsError(f"{flag} {path} is a file; give a directory")
         if fs.local:
             import os
 
@@ -61,9 +61,9 @@ def check_paths(output: str, checkpoint: str) -> None:
                 raise OptionsError(f"{flag} {path}: no permission to write in {existing}")
 
 
-def _read_identity(checkpoint: str) -> tuple[dict[str, Any] | None, bool]:
+def _read_identity(place: Location) -> tuple[dict[str, Any] | None, bool]:
     """(the checkpoint's identity or None, whether the checkpoint holds progress of a copy)."""
-    fs, base = resolve_filesystem(checkpoint)
+    fs, base, checkpoint = place.store, place.path, place.shown
     path = f"{base}/{IDENTITY_FILE}"
     progress = any(fs.is_dir(f"{base}/{d}") for d in _CHECKPOINT_PROGRESS)
     if not fs.exists(path):
@@ -77,10 +77,10 @@ def _read_identity(checkpoint: str) -> tuple[dict[str, Any] | None, bool]:
     return found, progress
 
 
-def _write_identity(checkpoint: str, identity: Mapping[str, Any]) -> None:
-    fs, base = resolve_filesystem(checkpoint)
-    fs.make_dirs(base)
-    fs.write(f"{base}/{IDENTITY_FILE}", json.dumps(identity, indent=2, sort_keys=True).encode())
+def _write_identity(checkpoint: Location, identity: Mapping[str, Any]) -> None:
+    checkpoint.store.make_dirs(checkpoint.path)
+    data = json.dumps(identity, indent=2, sort_keys=True).encode()
+    checkpoint.store.write(checkpoint.child(IDENTITY_FILE).path, data)
 
 
 def _schema_change(was: list[str], now: list[str]) -> str:
@@ -92,10 +92,12 @@ def _schema_change(was: list[str], now: list[str]) -> str:
     return ", ".join(parts) or "their order"
 
 
-def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: BucketingGlobalCommitter) -> Claim:
+def claim(output_place: Location, checkpoint_place: Location, identity: dict[str, Any],
+          committer: BucketingGlobalCommitter) -> Claim:
     """Decide whether this copy may write ``output`` with ``checkpoint``; record it as the output's owner.
     Call it holding the copy's lock."""
-    found, progress = _read_identity(checkpoint)
+    output, checkpoint = output_place.shown, checkpoint_place.shown
+    found, progress = _read_identity(checkpoint_place)
     owner = read_owner(committer)
     if found is not None:
         _check_same_copy(checkpoint, found, identity)
@@ -120,8 +122,8 @@ def claim(output: str, checkpoint: str, identity: dict[str, Any], committer: Buc
             f"write to another option 'output', or start over with {START_OVER} (deletes what the output holds)",
             path=output)
     token = str(found.get("token") or new_token()) if found is not None else new_token()
-    _write_identity(checkpoint, {**identity, "token": token})
-    write_owner(committer, {"token": token, "checkpoint": redact(checkpoint), "format": identity.get("format"),
+    _write_identity(checkpoint_place, {**identity, "token": token})
+    write_owner(committer, {"token": token, "checkpoint": checkpoint, "format": identity.get("format"),
                          "identity": identity.get("identity"), "created": _now()})
     return Claim(token, found is not None, found is None, True)
 
@@ -168,16 +170,16 @@ def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def start_over(output: str, checkpoint: str, committer: BucketingGlobalCommitter) -> None:
+def start_over(output: Location, checkpoint: Location, committer: BucketingGlobalCommitter) -> None:
     """``--overwrite``: delete what copies write in the output (part files, bucket directories left empty,
     ``_SUCCESS``), the output's records and the progress in the checkpoint (the locks stay). Refused, before
     anything is deleted, when either holds a file no copy writes: ``--overwrite`` never deletes a user's own
     files."""
-    fs, base = resolve_filesystem(checkpoint)
-    out_fs, out_base = resolve_filesystem(output)
+    fs, base = checkpoint.store, checkpoint.path
+    out_fs, out_base = output.store, output.path
     checkpoint_entries = fs.list(base) if fs.is_dir(base) else []
     output_files = [e for e in out_fs.list(out_base, recursive=True) if not e.is_dir]
-    _refuse_strangers(output, checkpoint, checkpoint_entries, output_files, committer)
+    _refuse_strangers(output.shown, checkpoint.shown, checkpoint_entries, output_files, committer)
     for entry in checkpoint_entries:
         if entry.name == LOCK_FILE:
             continue
@@ -206,14 +208,14 @@ def _refuse_strangers(output: str, checkpoint: str, checkpoint_entries: list[Ent
     foreign = [e.name for e in checkpoint_entries if e.name not in _CHECKPOINT_NAMES and not is_temporary(e.name)
                and not e.name.startswith(f"{LOCK_FILE}{LOCK_BREAK}")]  # a lease's takeover marker
     if foreign:
-        raise OptionsError(f"option 'overwrite': checkpoint {redact(checkpoint)} holds files splitsource copy did "
+        raise OptionsError(f"option 'overwrite': checkpoint {checkpoint} holds files splitsource copy did "
                            f"not write ({', '.join(sorted(foreign)[:3])}{', ...' if len(foreign) > 3 else ''}); "
                            "move them away or use another option 'checkpoint'")
     ours = _copy_names(committer)
     strangers = [e.path for e in output_files if not ours(e.path)]
     if strangers:
         shown = ", ".join(committer._relative(p) for p in sorted(strangers)[:3])
-        raise OptionsError(f"option 'overwrite': output {redact(output)} holds {len(strangers)} file(s) "
+        raise OptionsError(f"option 'overwrite': output {output} holds {len(strangers)} file(s) "
                            f"splitsource copy does not write ({shown}{', ...' if len(strangers) > 3 else ''}); "
                            "it deletes only a copy's own files: move them away or use another option 'output'")
 
@@ -248,14 +250,14 @@ def _copy_names(committer: BucketingGlobalCommitter) -> Callable[[str], bool]:
     return ours
 
 
-def undo_unstarted(output: str, checkpoint: str, claimed: Claim, committer: BucketingGlobalCommitter) -> None:
+def undo_unstarted(checkpoint: Location, claimed: Claim, committer: BucketingGlobalCommitter) -> None:
     """A copy that failed before its first commit leaves nothing half-made: the checkpoint and the owner it
     created are removed (a retry, with either engine, starts clean)."""
     if any(True for _ in committer.records()):
         return
     if claimed.created_checkpoint:
-        fs, base = resolve_filesystem(checkpoint)
-        for entry in fs.list(base):
+        fs = checkpoint.store
+        for entry in fs.list(checkpoint.path):
             if entry.name in (LOCK_FILE, ERROR_LOG):  # the error message points at the log: it stays
                 continue
             (fs.delete_dir if entry.is_dir else fs.delete)(entry.path)

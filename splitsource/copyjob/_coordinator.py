@@ -28,7 +28,7 @@ from typing import Any, Protocol, cast
 from serializers import write_envelope
 from splitsource._api import Split
 from splitsource._errors import CheckpointError, CopyError, LeaseLostError
-from splitsource._fs import child_uri, resolve_filesystem
+from splitsource._fs import Location
 from splitsource._names import OFFSETS_DIR, PLANS_DIR
 from splitsource._offsets import (
     START_OVER,
@@ -98,7 +98,7 @@ class _Coordinator:
         self.fingerprint = source_fingerprint(run.source)
         self.parallelism = max(run.framework.parallelism, parallelism)
         self.limit = batch_limit(run.framework)
-        self.plans = PlanStore(child_uri(run.checkpoint, PLANS_DIR))  # the plan once, offsets hold a cursor
+        self.plans = PlanStore(run.checkpoint.child(PLANS_DIR))  # the plan once, offsets hold a cursor
         self.task = TaskSpec(dict(run.read_options), dict(run.sink_raw), TaskEnvironment.current(),
                              copy_writer_id(run.token))
         self.last, self.start = -1, cast("dict[str, Any] | None", None)  # the last committed batch, its offset
@@ -122,7 +122,7 @@ class _Coordinator:
             return
         self.start = self.offsets.read(last)
         if self.start is None:
-            raise CheckpointError(f"checkpoint {self.copy.checkpoint} has no offset for batch {last}, which the "
+            raise CheckpointError(f"checkpoint {self.copy.checkpoint.shown} has no offset for batch {last}, which the "
                                   "output's commit log says it committed; it is incomplete: use the checkpoint the "
                                   "copy was run with")
         self.last = last
@@ -194,9 +194,8 @@ def parse_offset(text: str, path: str) -> dict[str, Any]:
 class _OffsetLog:
     """``<checkpoint>/<engine>/offsets/<batch>``: the offset after each batch, written before the batch is read."""
 
-    def __init__(self, checkpoint: str, engine: str) -> None:
-        self.fs, base = resolve_filesystem(checkpoint)
-        self.root = f"{base}/{engine}/{OFFSETS_DIR}"
+    def __init__(self, checkpoint: Location, engine: str) -> None:
+        self.fs, self.root = checkpoint.store, checkpoint.child(engine, OFFSETS_DIR).path
         self.fs.make_dirs(self.root)
 
     def read(self, batch: int) -> dict[str, Any] | None:

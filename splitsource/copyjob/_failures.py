@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from splitsource._errors import CopyError
-from splitsource._fs import child_uri, redact, resolve_filesystem
+from splitsource._fs import Location
 from splitsource._names import ERROR_LOG
 
 __all__ = ["ERROR_LOG", "failure", "root_cause"]
@@ -43,12 +43,12 @@ def _clip(text: str, limit: int = 1000) -> str:
     return text[:limit].rsplit(" ", 1)[0] + " …"
 
 
-def failure(cause: str, full: str, checkpoint: str) -> CopyError:
+def failure(cause: str, full: str, checkpoint: Location) -> CopyError:
     """The one-line error; the full text (worker, JVM and Python stacks) goes to a log file in the checkpoint."""
+    log = checkpoint.child(ERROR_LOG)
     try:
-        fs, base = resolve_filesystem(checkpoint)
-        fs.write(f"{base}/{ERROR_LOG}", full.encode("utf-8", "replace"), durable=False)
+        log.store.write(log.path, full.encode("utf-8", "replace"), durable=False)
     except OSError:
         return CopyError(cause, detail=full)
-    path = redact(child_uri(checkpoint, ERROR_LOG))
+    path = log.shown
     return CopyError(f"{cause} (details: {path})", detail=full, log_path=path)

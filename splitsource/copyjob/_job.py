@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from splitsource._errors import LeaseLostError, OptionsError
-from splitsource._fs import is_uri, redact, resolve_filesystem, sibling_uri
+from splitsource._fs import Location, is_uri, locate, redact, sibling_uri
 from splitsource._names import FINISHED_FILE, RECORDS_SUFFIX, SINK_DESCRIPTION
 from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
 from splitsource._planning import build_source
@@ -133,17 +133,11 @@ def default_checkpoint(output: str) -> str:
     return sibling_uri(output, ".checkpoint")
 
 
-def _exists(path: str) -> bool:
-    fs, base = resolve_filesystem(path)
-    return fs.exists(base)
-
-
-def _remove_if_empty(paths: list[str]) -> None:
+def _remove_if_empty(places: list[Location]) -> None:
     """Directories this run made, if the failed run left them empty: removed bottom-up with ``rmdir``, which
     fails on anything another copy has put there meanwhile (local file systems only)."""
-    for path in paths:
-        fs, base = resolve_filesystem(path)
-        fs.remove_empty_dirs(base)
+    for place in places:
+        place.store.remove_empty_dirs(place.path)
 
 
 def location(flag: str, path: str) -> str:
@@ -254,27 +248,30 @@ class CopySettings:
 
 
 class Copy:
-    """One copy, built once from its settings: the source (connected: a missing table or an unreachable host fails
-    here, in one line), the sink and its committer; :meth:`run` takes its steps in order: check the table, name
-    the copy, check its places, lock, claim (or overwrite), resume or run the engine, summarise."""
+    """One copy, built once from its settings: its places (the output, its records and the checkpoint, each
+    resolved once), the source (connected: a missing table or an unreachable host fails here, in one line), the
+    sink and its committer; :meth:`run` takes its steps in order: check the table, name the copy, check its
+    places, lock, claim (or overwrite), resume or run the engine, summarise."""
 
     def __init__(self, settings: CopySettings, engine: Engine, progress: Progress | None) -> None:
         self.settings, self.engine, self.progress = settings, engine, progress
         self.sink = parse_sink_options(settings.sink_raw)
-        check_paths(settings.output, settings.checkpoint)
+        self.output, self.checkpoint = locate(settings.output), locate(settings.checkpoint)
+        check_paths(self.output, self.checkpoint)
         self.framework, self.source = build_source(settings.read_options)
         self.schema = self.source.schema()
-        self.committer = self.sink.committer()
-        records = self.sink.metadata or sibling_uri(settings.output, RECORDS_SUFFIX)
-        self.places = [(f"output {redact(settings.output)}", records),
-                       (f"checkpoint {redact(settings.checkpoint)}", settings.checkpoint)]
+        self.committer = self.sink.committer(self.output)
+        self.records = Location(self.sink.metadata or sibling_uri(self.output.uri, RECORDS_SUFFIX),
+                                self.committer.fs, self.committer.meta)
+        self.places = [(f"output {self.output.shown}", self.records),
+                       (f"checkpoint {self.checkpoint.shown}", self.checkpoint)]
 
     def run(self, started: float) -> CopySummary:
         table = self.committer.table
         if table is not None:  # partition columns a table cannot hold fail now, not in a task
             table.check_schema(self.schema, self.sink.make_bucketer().columns)
         identity = self.identity()
-        made = [p for p in (self.settings.output, self.settings.checkpoint, self.places[0][1]) if not _exists(p)]
+        made = [p for p in (self.output, self.checkpoint, self.records) if not p.store.exists(p.path)]
         self.check_places(made)
         failed, owned = True, False
         try:
@@ -297,7 +294,7 @@ class Copy:
         sink, source = self.sink, self.source
         identity: dict[str, Any] = {
             "version": 1, "connector": self.framework.connector, "identity": source.identity(),
-            "source": source_fingerprint(source), "output": redact(self.settings.output), "format": sink.format,
+            "source": source_fingerprint(source), "output": self.output.shown, "format": sink.format,
             "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
         if sink.table_format != "none":
             identity["table_format"] = sink.table_format  # a resumed copy does not change the kind of output
@@ -313,7 +310,7 @@ class Copy:
             identity["engine"] = self.engine.name  # the engines' checkpoints differ: one's is refused by the other
         return identity
 
-    def check_places(self, made: list[str]) -> None:
+    def check_places(self, made: list[Location]) -> None:
         """One writer per place, and (on a cluster) executors that see what this process sees: before any claim.
         The directories this checking made are removed again if it fails."""
         checked = False
@@ -328,7 +325,7 @@ class Copy:
     def owned_run(self, identity: dict[str, Any]) -> tuple[Claim, EngineResult, int]:
         """Holding the lock: overwrite or claim the output, then resume or run; a copy that fails before its first
         commit leaves nothing half-made."""
-        output, checkpoint, committer = self.settings.output, self.settings.checkpoint, self.committer
+        output, checkpoint, committer = self.output, self.checkpoint, self.committer
         if self.settings.overwrite:
             start_over(output, checkpoint, committer)
         claimed = claim(output, checkpoint, identity, committer)
@@ -339,12 +336,12 @@ class Copy:
         except LeaseLostError:
             raise  # what it made is the copy's that took over now: it touches nothing more
         except BaseException:
-            undo_unstarted(output, checkpoint, claimed, committer)
+            undo_unstarted(checkpoint, claimed, committer)
             raise
 
     def run_engine(self, claimed: Claim) -> EngineResult:
         """The engine's run, or a finished copy's result (its re-run starts no engine, no JVM: nothing to do)."""
-        checkpoint, committer = self.settings.checkpoint, self.committer
+        checkpoint, committer = self.checkpoint, self.committer
         result = finished_before(checkpoint, claimed.token, committer) if claimed.resumed else None
         if result is None:
             run = CopyRun(self.source, self.framework, self.settings.read_options, self.settings.sink_raw,
@@ -362,8 +359,8 @@ class Copy:
         size = sum((e.size or 0) for e in (committer.fs.info(p) for p in files) if e is not None)
         rows, seconds = total_rows - rows_before, time.monotonic() - started
         summary = CopySummary(rows, total_rows, len(files), size, result.taken, result.batches, seconds,
-                              rows / seconds if seconds > 0 else 0.0, resumed, redact(self.settings.output),
-                              redact(self.settings.checkpoint), stats.retries, round(stats.throttled_s, 3),
+                              rows / seconds if seconds > 0 else 0.0, resumed, self.output.shown,
+                              self.checkpoint.shown, stats.retries, round(stats.throttled_s, 3),
                               dict(sorted(stats.split_rows.items())), stats.events, stats.event_details,
                               result.unsized)
         if self.progress is not None:
@@ -376,19 +373,18 @@ def _latest_stream_seq(committer: BucketingGlobalCommitter) -> int:
     return max((r.seq for r, _ in committer.records() if r.kind == "stream"), default=0)
 
 
-def mark_finished(checkpoint: str, token: str, committer: BucketingGlobalCommitter, result: EngineResult) -> None:
+def mark_finished(checkpoint: Location, token: str, committer: BucketingGlobalCommitter,
+                  result: EngineResult) -> None:
     """Record that the engine ran the source to its end, with the output's newest commit record at that moment."""
-    fs, base = resolve_filesystem(checkpoint)
     marker = {"token": token, "seq": _latest_stream_seq(committer), "taken": result.taken, "total": result.total}
-    fs.write(f"{base}/{FINISHED_FILE}", json.dumps(marker).encode())
+    checkpoint.store.write(checkpoint.child(FINISHED_FILE).path, json.dumps(marker).encode())
 
 
-def finished_before(checkpoint: str, token: str, committer: BucketingGlobalCommitter) -> EngineResult | None:
+def finished_before(checkpoint: Location, token: str, committer: BucketingGlobalCommitter) -> EngineResult | None:
     """The result of a copy that already read its whole source, if the checkpoint says so and the output's newest
     commit record is still the one it finished with; None: run the engine (it resumes, or finds nothing left)."""
-    fs, base = resolve_filesystem(checkpoint)
     try:
-        marker = json.loads(fs.read_text(f"{base}/{FINISHED_FILE}"))
+        marker = json.loads(checkpoint.store.read_text(checkpoint.child(FINISHED_FILE).path))
         if marker["token"] != token or int(marker["seq"]) != _latest_stream_seq(committer):
             return None
         return EngineResult(int(marker["taken"]), int(marker["total"]), 0)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from splitsource._errors import CheckpointError
-from splitsource._fs import resolve_filesystem
+from splitsource._fs import Location
 from splitsource._names import LEDGER_DIR
 
 __all__ = ["LEDGER_DIR", "SplitCount", "decode_counts", "encode_counts", "read_ledger", "split_counts",
@@ -63,19 +63,19 @@ def _path(base: str, batch_id: int) -> str:
     return f"{base}/{LEDGER_DIR}/{batch_id:020d}.json"
 
 
-def write_batch(checkpoint: str, query_id: str, batch_id: int, counts: Sequence[SplitCount]) -> None:
+def write_batch(checkpoint: Location, query_id: str, batch_id: int, counts: Sequence[SplitCount]) -> None:
     """Write the ledger file of batch ``batch_id`` (atomically: a reader never sees half of it)."""
-    fs, base = resolve_filesystem(checkpoint)
+    fs, base = checkpoint.store, checkpoint.path
     fs.make_dirs(f"{base}/{LEDGER_DIR}")
     body = {"version": _VERSION, "query": query_id, "batch": batch_id, "splits": _plain(counts)}
     fs.write(_path(base, batch_id), json.dumps(body).encode())
 
 
-def read_ledger(checkpoint: str, last_committed: Callable[[str], int | None]) -> dict[str, SplitCount] | None:
+def read_ledger(checkpoint: Location, last_committed: Callable[[str], int | None]) -> dict[str, SplitCount] | None:
     """Every split of the committed batches, by split id; ``last_committed(query id)``: the last batch the output's
     commit log has of that streaming query. None when the checkpoint has no ledger (it is gone, or the copy was made
     before there was one)."""
-    fs, base = resolve_filesystem(checkpoint)
+    fs, base = checkpoint.store, checkpoint.path
     try:
         infos = fs.list(f"{base}/{LEDGER_DIR}")
     except OSError:

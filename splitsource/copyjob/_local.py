@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import IO
 
 from splitsource._errors import LocalCopyFailed, OptionsError
-from splitsource._fs import is_uri, resolve_filesystem
+from splitsource._fs import Location
 from splitsource._names import LOCAL_DIR, WORKERS_LOG
 from splitsource._planning import concurrent_readers
 from splitsource.copyjob._coordinator import Batch, run_batches
@@ -153,7 +153,7 @@ class LocalEngine:
             raise OptionsError(f"option 'workers': {workers} is not from 0 (one per core) to {MAX_WORKERS}")
         self.workers = workers
 
-    def check_storage(self, places: list[tuple[str, str]]) -> None:
+    def check_storage(self, places: list[tuple[str, Location]]) -> None:
         pass
 
     def run(self, run: CopyRun) -> EngineResult:
@@ -168,9 +168,9 @@ MAX_WORKERS = 256  # local engine processes: more than any machine this runs on 
 
 def _run_copy(run: CopyRun, workers: int) -> EngineResult:
     workers = workers or os.cpu_count() or 1
-    fs, base = resolve_filesystem(run.checkpoint)
-    fs.make_dirs(f"{base}/{LOCAL_DIR}")
-    log = f"{base}/{LOCAL_DIR}/{WORKERS_LOG}" if not is_uri(run.checkpoint) else None
+    place = run.checkpoint.child(LOCAL_DIR)
+    place.store.make_dirs(place.path)
+    log = f"{place.path}/{WORKERS_LOG}" if place.store.local else None
     sink_raw = {"buffer_mb": WORKER_BUFFER_MB, **run.sink_raw}  # a user's buffer_mb wins
     try:
         # started before the first batch is planned: their start-up (a Python, its imports) overlaps the planning

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from splitsource._errors import CheckpointError, LeaseLostError, LockedError, OptionsError
-from splitsource._fs import Store, resolve_filesystem
+from splitsource._fs import Location, Store
 from splitsource._names import LOCK_BREAK, LOCK_FILE, OWNER_FILE
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import join
@@ -118,14 +118,14 @@ def _clock(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
-def check_one_writer(places: list[tuple[str, str]], single_writer: bool) -> None:
+def check_one_writer(places: list[tuple[str, Location]], single_writer: bool) -> None:
     """Refuse a place on a store that cannot create a file only where none exists (a lock there is a check then a
     write: two copies started together could both take it), unless the user vouches for a single writer
     (``single_writer``); S3 is probed, since a compatible store may ignore ``If-None-Match``."""
     from splitsource._s3 import conditional_create_enforced
 
-    for what, directory in places:
-        fs, base = resolve_filesystem(directory)
+    for what, place in places:
+        fs, base = place.store, place.path
         if fs.local:
             continue
         fs.make_dirs(base)
@@ -143,7 +143,7 @@ def check_one_writer(places: list[tuple[str, str]], single_writer: bool) -> None
 
 
 class CopyLock:
-    """Leases on the places a copy writes (``(what, directory)`` pairs, ``what`` naming it in errors), taken in
+    """Leases on the places a copy writes (``(what, location)`` pairs, ``what`` naming it in errors), taken in
     order, renewed every ``lease_s / 4`` seconds by a thread while the copy runs, and released in reverse.
 
     A lease not renewed for ``lease_s`` has expired, and a copy started anywhere takes it over, saying so in one
@@ -152,7 +152,7 @@ class CopyLock:
     offset and commit it writes (the commit log's conditional creates arbitrate the instant between the check and
     the write)."""
 
-    def __init__(self, places: list[tuple[str, str]], command: str, lease_s: float = DEFAULT_LEASE_S) -> None:
+    def __init__(self, places: list[tuple[str, Location]], command: str, lease_s: float = DEFAULT_LEASE_S) -> None:
         self._places = places
         self._holder = this_holder(command, lease_s)
         self._held: list[tuple[str, Store, str]] = []
@@ -164,8 +164,8 @@ class CopyLock:
 
     def __enter__(self) -> CopyLock:
         try:
-            for what, directory in self._places:
-                self._take(what, directory)
+            for what, place in self._places:
+                self._take(what, place)
         except BaseException:
             self.release()
             raise
@@ -176,10 +176,10 @@ class CopyLock:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def _take(self, what: str, directory: str) -> None:
-        fs, base = resolve_filesystem(directory)
-        fs.make_dirs(base)
-        path = f"{base}/{LOCK_FILE}"
+    def _take(self, what: str, place: Location) -> None:
+        fs = place.store
+        fs.make_dirs(place.path)
+        path = place.child(LOCK_FILE).path
         taking_over = ""  # said once this copy holds the lock: of two copies taking it over, one does
         for _ in range(50):
             if self._create(fs, path, json.dumps(asdict(self._holder)).encode()):  # (its ETag kept in _tags)

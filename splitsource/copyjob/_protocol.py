@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from splitsource._api import Source, Split
+from splitsource._fs import Location
 from splitsource._planning import FrameworkOptions, TaskEnvironment
 from splitsource.runtime._read import read_splits
 from splitsource.runtime._source_reader import MAX_EVENTS, ReaderMetrics
@@ -72,7 +73,7 @@ class CopyRun:
     read_options: Mapping[str, str]  # the connector's options and the framework's, for the read tasks
     sink_raw: Mapping[str, str]  # the bucketing sink's options, ``path`` included
     committer: BucketingGlobalCommitter
-    checkpoint: str
+    checkpoint: Location
     token: str  # the copy's ownership token: its query id in the output's commit log
     progress: ProgressFn | None
 
@@ -151,7 +152,7 @@ class Engine(Protocol):
 
     name: str  # its directory in the checkpoint and the prefix of the copy's query id; a checkpoint keeps to one
 
-    def check_storage(self, places: list[tuple[str, str]]) -> None:
+    def check_storage(self, places: list[tuple[str, Location]]) -> None:
         """Refuse (:class:`~splitsource.OptionsError`) places (``(what, location)``) the tasks cannot share with
         the coordinator: on a cluster, where an executor's writes would not be seen here."""
 

@@ -36,7 +36,7 @@ import pyarrow as pa
 from serializers import read_envelope
 from splitsource._api import Source
 from splitsource._errors import SinkError
-from splitsource._fs import Store, is_uri, redact, resolve_filesystem, sibling_uri
+from splitsource._fs import Store, is_uri, locate, redact, resolve_filesystem, sibling_uri
 from splitsource._names import PART_PREFIX, SINK_DESCRIPTION, SUCCESS_FILE
 from splitsource.copyjob._digest import (
     OutputFile,
@@ -278,7 +278,7 @@ def check_splits(source: Source[Any, Any, Any, Any], output: str, checkpoint: st
             checkpoint = default
     elif not is_uri(checkpoint):
         checkpoint = os.path.abspath(checkpoint)
-    ledger = read_ledger(checkpoint, records.last_stream_batch)
+    ledger = read_ledger(locate(checkpoint), records.last_stream_batch)
     if ledger is None:
         return SplitCheck(note=f"checkpoint {redact(checkpoint)} has no split ledger (it was removed, or the copy "
                                "was made by a splitsource that kept none)")

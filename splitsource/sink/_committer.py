@@ -44,7 +44,7 @@ from typing import Any
 
 from serializers import MsgpackRecordSerializer, SerializationError, read_envelope, write_envelope
 from splitsource._errors import OptionsError, OutputOwnedError, SinkError
-from splitsource._fs import Store, as_store, resolve_filesystem, split_uri
+from splitsource._fs import Location, Store, as_store, locate, split_uri
 from splitsource._names import (
     COMMIT_LOG_DIR,
     COMMIT_SUFFIX,
@@ -97,14 +97,15 @@ def check_metadata(path: str, explicit: str = "") -> None:
                            "place with the metadata option")
 
 
-def metadata_location(path: str, explicit: str = "") -> tuple[Store, str, str]:
-    """``(store, base, meta)`` of the output ``path``: where its data files go and where the sink keeps its
-    records. ``explicit`` (the ``metadata`` option) names the records' place; by default they are the output's
-    sibling ``<path>.bucketing``. The records share the output's store: one client writes both."""
-    check_metadata(path, explicit)
-    fs, base = resolve_filesystem(path)
-    meta = resolve_filesystem(explicit)[1].rstrip("/") if explicit else base.rstrip("/") + RECORDS_SUFFIX
-    return fs, base, meta
+def metadata_location(path: str | Location, explicit: str = "") -> tuple[Store, str, str]:
+    """``(store, base, meta)`` of the output ``path`` (its text, or its :class:`Location` resolved already): where
+    its data files go and where the sink keeps its records. ``explicit`` (the ``metadata`` option) names the
+    records' place; by default they are the output's sibling ``<path>.bucketing``. The records share the output's
+    store: one client writes both."""
+    output = path if isinstance(path, Location) else locate(path)
+    check_metadata(output.uri, explicit)
+    meta = locate(explicit).path.rstrip("/") if explicit else output.path.rstrip("/") + RECORDS_SUFFIX
+    return output.store, output.path, meta
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from splitsource._errors import OptionsError
+from splitsource._fs import Location
 from splitsource._names import PART_PREFIX
 from splitsource._options import REQUIRED, option, parse_options
 from splitsource.sink._bucketers import (
@@ -96,9 +97,10 @@ class BucketingSinkOptions:
     def buffer_bytes(self) -> int:
         return max(1, int(self.buffer_mb * 1024 * 1024))
 
-    def committer(self) -> BucketingGlobalCommitter:
-        """The global committer of this output: its store, its data directory and its records' place."""
-        fs, base, meta = metadata_location(self.path, self.metadata)
+    def committer(self, output: Location | None = None) -> BucketingGlobalCommitter:
+        """The global committer of this output (``output``: its path resolved already): its store, its data
+        directory and its records' place."""
+        fs, base, meta = metadata_location(output or self.path, self.metadata)
         return BucketingGlobalCommitter(fs, base, self.names, retention=self.log_retention, meta=meta,
                                         success_file=self.success_file, table=table_format(self.table_format),
                                         table_catalog=self.iceberg_catalog)

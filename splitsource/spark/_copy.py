@@ -33,7 +33,7 @@ from typing import Any
 
 import splitsource.spark._jvm as _jvm
 from splitsource._errors import OptionsError
-from splitsource._fs import child_uri, resolve_filesystem
+from splitsource._fs import Location, resolve_filesystem
 from splitsource._names import PROGRESS_DIR, SPARK_DIR
 from splitsource._planning import concurrent_readers, pack_for
 from splitsource.copyjob._coordinator import Batch, run_batches
@@ -70,9 +70,9 @@ class TaskProgress:
             pass
 
 
-def reported(directory: str, batch: int) -> tuple[int, int]:
+def reported(directory: Location, batch: int) -> tuple[int, int]:
     """(splits finished, rows written) the read tasks of ``batch`` have reported so far."""
-    fs, base = resolve_filesystem(directory)
+    fs, base = directory.store, directory.path
     splits = rows = 0
     try:
         infos = fs.list(base)
@@ -119,16 +119,15 @@ class SparkTasks:
     """The Spark engine's task pool: one Spark job per batch on ``spark``, or on a session of its own on ``master``
     (started in the background while the coordinator plans the first batch, stopped by :meth:`close`)."""
 
-    def __init__(self, checkpoint: str, master: str, spark: Any = None,
+    def __init__(self, checkpoint: Location, master: str, spark: Any = None,
                  after_start: Callable[[], None] | None = None) -> None:
         self._own = spark is None
         self._after_start = after_start
         self._checkpoint = checkpoint
         self._session: Future[Any] = Future()
-        fs, base = resolve_filesystem(checkpoint)
-        self._progress = child_uri(checkpoint, SPARK_DIR, PROGRESS_DIR)
+        self._progress = checkpoint.child(SPARK_DIR, PROGRESS_DIR)
         _remove_tree(self._progress)  # reports of a run that was killed
-        fs.make_dirs(f"{base}/{SPARK_DIR}/{PROGRESS_DIR}")
+        self._progress.store.make_dirs(self._progress.path)
         if spark is not None:
             self._session.set_result(spark)
         else:
@@ -160,7 +159,8 @@ class SparkTasks:
                 rdd = sc.parallelize([[batch.encoded[s.split_id] for s in g] for g in groups], len(groups))
                 if cancelled.is_set():
                     raise KeyboardInterrupt("the batch was stopped before its job started")
-                job.set_result(rdd.mapPartitionsWithIndex(read_task(task, self._progress, batch.batch_id)).collect())
+                reading = read_task(task, self._progress.uri, batch.batch_id)
+                job.set_result(rdd.mapPartitionsWithIndex(reading).collect())
             except BaseException as exc:  # noqa: BLE001 - handed to the coordinator's thread by the future
                 job.set_exception(exc)
 
@@ -222,7 +222,7 @@ class SparkEngine:
         master = self._spark.sparkContext.master if self._spark is not None else self.master
         return not str(master).startswith("local")
 
-    def check_storage(self, places: list[tuple[str, str]]) -> None:
+    def check_storage(self, places: list[tuple[str, Location]]) -> None:
         """On a cluster, the executors must see what this process sees (:func:`check_shared_storage`); the
         session this starts is the copy's."""
         if not self.on_cluster:
@@ -265,20 +265,20 @@ def _run_copy(run: CopyRun, master: str, spark: Any) -> EngineResult:
     return result
 
 
-def check_shared_storage(spark: Any, places: list[tuple[str, str]]) -> None:
-    """On a cluster: one tiny task writes a probe into each place (``(what, directory)``), and this process must
+def check_shared_storage(spark: Any, places: list[tuple[str, Location]]) -> None:
+    """On a cluster: one tiny task writes a probe into each place (``(what, location)``), and this process must
     read it back; if it cannot, the executors write where the coordinator does not read (a local path on a
     cluster), and the copy is refused before it claims anything."""
     token = uuid.uuid4().hex
-    probes = [(what, child_uri(directory, f"_splitsource-probe-{token}")) for what, directory in places]
+    probes = [(what, place.child(f"_splitsource-probe-{token}")) for what, place in places]
 
     def write(_: Iterable[Any]) -> Iterator[str]:
         import socket
 
         from splitsource._fs import resolve_filesystem as resolve
 
-        for _what, uri in probes:
-            fs, path = resolve(uri)
+        for _what, probe in probes:
+            fs, path = resolve(probe.uri)  # on the executor: its own store
             fs.make_dirs(path.rsplit("/", 1)[0])
             fs.write(path, token.encode(), durable=False)
         yield socket.gethostname()
@@ -286,8 +286,8 @@ def check_shared_storage(spark: Any, places: list[tuple[str, str]]) -> None:
     with deferred():
         host = spark.sparkContext.parallelize([0], 1).mapPartitions(write).collect()[0]
     try:
-        for what, uri in probes:
-            fs, path = resolve_filesystem(uri)
+        for what, probe in probes:
+            fs, path = probe.store, probe.path
             try:
                 seen = fs.read_bytes(path)
             except (FileNotFoundError, OSError):
@@ -298,10 +298,9 @@ def check_shared_storage(spark: Any, places: list[tuple[str, str]]) -> None:
                     "of them wrote there is not here; on a cluster the output and the checkpoint must be on "
                     "storage every machine shares (s3://, hdfs://, a shared mount)")
     finally:
-        for _what, uri in probes:
-            fs, path = resolve_filesystem(uri)
+        for _what, probe in probes:
             try:
-                fs.delete(path)
+                probe.store.delete(probe.path)
             except OSError:
                 pass
 
@@ -394,19 +393,17 @@ def _pass_on(stream: Any) -> None:
     stream.close()
 
 
-def _clear_reports(directory: str, batch: int) -> None:
-    fs, base = resolve_filesystem(directory)
+def _clear_reports(directory: Location, batch: int) -> None:
     try:
-        for info in fs.list(base):
+        for info in directory.store.list(directory.path):
             if info.name.startswith(f"{batch}-"):
-                fs.delete(info.path)
+                directory.store.delete(info.path)
     except OSError:
         pass
 
 
-def _remove_tree(directory: str) -> None:
+def _remove_tree(directory: Location) -> None:
     try:
-        fs, base = resolve_filesystem(directory)
-        fs.delete_dir(base)
+        directory.store.delete_dir(directory.path)
     except OSError:
         pass

@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from splitsource._fs import locate
 from splitsource._offsets import (
     PlanStore,
     check_offset,
@@ -60,7 +61,7 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         framework, source = build_source(self._options)
         self._framework = framework
         self._fingerprint = source_fingerprint(source)
-        self._plans = PlanStore(framework.plan_location)
+        self._plans = PlanStore(locate(framework.plan_location) if framework.plan_location else None)
 
     # -- offsets -----------------------------------------------------------------------------------------------
 

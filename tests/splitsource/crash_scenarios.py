@@ -25,6 +25,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from splitsource._fs import Location
+
 ROWS = 300
 SPLIT_ROWS = 50
 BATCH_SPLITS = 2
@@ -70,7 +72,7 @@ class InlineEngine:
     def __init__(self, master: str = "", spark: Any = None, workers: int = 0) -> None:
         self.name = "spark" if master else "local"
 
-    def check_storage(self, places: list[tuple[str, str]]) -> None:
+    def check_storage(self, places: list[tuple[str, Location]]) -> None:
         pass
 
     def run(self, run: Any) -> Any:

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from splitsource._fs import Location
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 CLI = [sys.executable, "-m", "splitsource.cli"]
 GEN = ["--connector", "generator", "-o", "rows=60000", "-o", "split_rows=4000", "-o", "batch_rows=500",
@@ -308,7 +310,7 @@ def test_copy_is_handed_an_engine_object_and_closes_it(tmp_path: Path) -> None:
     calls: list[str] = []
 
     class Watched(LocalEngine):
-        def check_storage(self, places: list[tuple[str, str]]) -> None:
+        def check_storage(self, places: list[tuple[str, Location]]) -> None:
             calls.append("check " + ",".join(what.split()[0] for what, _ in places))
 
         def close(self) -> None:

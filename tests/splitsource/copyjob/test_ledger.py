@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from splitsource._fs import locate
 from splitsource.copyjob import copy
 from splitsource.copyjob._ledger import read_ledger
 from splitsource.sink._committer import BucketingGlobalCommitter
@@ -24,7 +25,7 @@ def _ledger(out: Path) -> dict[str, Any] | None:
     import pyarrow.fs as pafs
 
     committer = BucketingGlobalCommitter(pafs.LocalFileSystem(), str(out), PartNames("part", ""))
-    return read_ledger(f"{out}.checkpoint", committer.last_stream_batch)
+    return read_ledger(locate(f"{out}.checkpoint"), committer.last_stream_batch)
 
 
 def test_the_ledger_holds_every_split_with_its_true_rows(tmp_path: Path) -> None:
