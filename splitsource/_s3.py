@@ -1,5 +1,8 @@
-"""Conditional creates on S3 and its compatibles: ``PutObject`` with ``If-None-Match: *``, which pyarrow.fs does not
-expose, through obstore (the Rust ``object_store`` crate's S3 client).
+"""What S3 (and its compatibles) can do that pyarrow.fs does not expose: conditional writes and the sweep of
+incomplete multipart uploads.
+
+**Conditional writes**: ``PutObject`` with ``If-None-Match: *`` (a create) or ``If-Match`` (a lease's renewal),
+through obstore (the Rust ``object_store`` crate's S3 client).
 
 A copy's lock and owner records and the commit log's record numbers are created this way on an object store, so
 of two writers only one gets each: the store decides, not a check followed by a write. A store may ignore the
@@ -8,18 +11,25 @@ probe object twice, and a copy refuses such a store unless the user vouches for 
 
 Endpoint, region and credentials are those of the pyarrow file system (its URI's ``endpoint_override``,
 ``region``, ``scheme``, or the standard ``AWS_*`` environment variables, which both clients read).
+
+**Incomplete multipart uploads**: a writer killed mid-upload leaves one, invisible to listings and billed until
+aborted; :meth:`MultipartUploads.abort_under` aborts those the sink's sweep dooms (the sweep's rule stays the
+sink's, :meth:`splitsource.sink.BucketingGlobalCommitter.sweep`).
 """
 
 from __future__ import annotations
 
+import builtins
 import calendar
 import hashlib
 import hmac
+import logging
 import os
 import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -27,6 +37,8 @@ from xml.etree import ElementTree
 
 __all__ = ["ConditionalCreate", "MultipartUploads", "Upload", "conditional_create_enforced", "for_filesystem",
            "uploads_for"]
+
+log = logging.getLogger("splitsource.s3")
 
 
 def settings_of(fs: Any) -> dict[str, Any]:
@@ -186,6 +198,31 @@ class MultipartUploads:
 
     def abort(self, bucket: str, upload: Upload) -> None:
         self._call("DELETE", bucket, upload.key, {"uploadId": upload.upload_id})
+
+    def abort_under(self, root: str, recursive: bool, doomed: Callable[[str, float], bool]) -> builtins.list[str]:
+        """Abort the incomplete uploads under ``root`` (``bucket/prefix``; below its subdirectories too when
+        ``recursive``) that ``doomed(path, initiated)`` dooms, and return them. Best effort: an upload that cannot
+        be listed or aborted is logged and left to a lifecycle rule (AbortIncompleteMultipartUpload)."""
+        bucket, _, key = root.partition("/")
+        prefix = key.rstrip("/") + "/" if key else ""
+        try:
+            found = self.list(bucket, prefix) if self.usable else []
+        except OSError as exc:
+            log.warning("cannot list the incomplete uploads under %s (%s); a lifecycle rule "
+                        "(AbortIncompleteMultipartUpload) removes them", root, exc)
+            return []
+        aborted = []
+        for upload in found:
+            path = f"{bucket}/{upload.key}"
+            if (not recursive and "/" in upload.key[len(prefix):]) or not doomed(path, upload.initiated):
+                continue
+            try:
+                self.abort(bucket, upload)
+            except OSError as exc:
+                log.warning("cannot abort the incomplete upload of %s (%s)", path, exc)
+                continue
+            aborted.append(f"{path} (incomplete upload)")
+        return aborted
 
     def _call(self, method: str, bucket: str, key: str, query: dict[str, str]) -> bytes:
         now = time.gmtime()

@@ -1,7 +1,7 @@
 """Bounded copy jobs: a whole source into bucketed files, exactly once, resumable after a kill at any moment.
 
-:func:`copy` checks the options, takes ownership of the output and checkpoint (:mod:`splitsource.copyjob._claim`,
-:mod:`splitsource.copyjob._ownership`), and hands the run to an engine, which runs the batch protocol
+:func:`copy` checks the options, takes ownership of the output and checkpoint (:mod:`splitsource.copyjob._ownership`),
+and hands the run to an engine, which runs the batch protocol
 (:mod:`splitsource.copyjob._protocol`: plan a batch of splits, write pending files, commit once per batch id) until
 the source is done: the Spark engine (:mod:`splitsource.spark._copy`, one Spark job per batch) or the local engine
 (:mod:`splitsource.copyjob._local`, worker processes, no JVM).
@@ -27,8 +27,16 @@ from splitsource._fs import Location, is_uri, locate, redact, sibling_uri
 from splitsource._names import FINISHED_FILE, RECORDS_SUFFIX, SINK_DESCRIPTION
 from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
 from splitsource._planning import build_source
-from splitsource.copyjob._claim import Claim, check_paths, claim, start_over, undo_unstarted
-from splitsource.copyjob._ownership import DEFAULT_LEASE_S, CopyLock, check_one_writer
+from splitsource.copyjob._ownership import (
+    DEFAULT_LEASE_S,
+    Claim,
+    CopyLock,
+    check_one_writer,
+    check_paths,
+    claim,
+    start_over,
+    undo_unstarted,
+)
 from splitsource.copyjob._protocol import CopyRun, Engine, EngineResult
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import join

@@ -43,14 +43,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from serializers import MsgpackRecordSerializer, SerializationError, read_envelope, write_envelope
-from splitsource._errors import OptionsError, OutputOwnedError, SinkError
+from splitsource._errors import OptionsError, SinkError
 from splitsource._fs import Location, Store, as_store, locate, split_uri
 from splitsource._names import (
     COMMIT_LOG_DIR,
     COMMIT_SUFFIX,
     DONE_SUFFIX,
-    LOCK_FILE,
-    OWNER_FILE,
     QUERIES_DIR,
     RECORDS_SUFFIX,
     SUCCESS_FILE,
@@ -291,24 +289,6 @@ class BucketingGlobalCommitter:
             return None  # a hash shared by another query id: treat as unknown
         return found
 
-    # -- ownership ---------------------------------------------------------------------------------------------
-
-    def refuse_if_owned(self, who: str) -> None:
-        """Refuse a writer that does not own the output (``who`` names it) when a copy owns or is writing it."""
-        for name, what in ((OWNER_FILE, "belongs to"), (LOCK_FILE, "is being written by")):
-            path = join(self.meta, name)
-            if not self.fs.exists(path):
-                continue
-            detail = ""
-            try:
-                found = json.loads(self.fs.read_text(path))
-                if isinstance(found, dict) and found.get("checkpoint"):
-                    detail = f" (its checkpoint is {found['checkpoint']})"
-            except (OSError, ValueError, UnicodeDecodeError):
-                pass
-            raise OutputOwnedError(f"{self.base} {what} a splitsource copy{detail}: {who} does not write into a "
-                                   "copy's output; write to another path", path=self.base)
-
     # -- FLIP-143 ----------------------------------------------------------------------------------------------
 
     def combine(self, files: Sequence[PendingFile], *, kind: str, write_id: str, batch_id: int = -1) -> CommitRecord:
@@ -458,60 +438,28 @@ class BucketingGlobalCommitter:
         writer's, for a caller that owns the output. Only call it when no task of this writer is writing."""
         kept = {(f.bucket, f.task, f.counter) for f in keep}
         roots = [join(self.base, b) if b else self.base for b in buckets] if buckets is not None else [self.base]
-        removed = []
         now = time.time()
+
+        def doomed(path: str, since: float | None) -> bool:
+            """The sweep's one rule, for files and for the incomplete uploads of files (S3): a transient file
+            not kept, of ``owner`` or (any writer's) older than ``ORPHAN_AGE_S``."""
+            parsed = self.names.parse_transient(path.rsplit("/", 1)[-1])
+            if parsed is None:
+                return False
+            bucket = self._relative(path.rsplit("/", 1)[0]) if "/" in path else ""
+            if (bucket, parsed.task, parsed.counter) in kept:
+                return False
+            return owner is None or writer_of(parsed.task) == owner or (since is not None
+                                                                      and now - since >= ORPHAN_AGE_S)
+
+        removed = []
         for root in dict.fromkeys(roots):
             for info in self._walk(root, recursive=buckets is None):
-                parsed = self.names.parse_transient(info.name)
-                if parsed is None:
-                    continue
-                bucket = self._relative(info.path.rsplit("/", 1)[0]) if "/" in info.path else ""
-                if (bucket, parsed.task, parsed.counter) in kept:
-                    continue
-                if owner is not None and writer_of(parsed.task) != owner and (
-                        info.mtime is None or now - info.mtime < ORPHAN_AGE_S):
-                    continue
-                if self.fs.delete(info.path):
+                if doomed(info.path, info.mtime) and self.fs.delete(info.path):
                     removed.append(info.path)
-            removed.extend(self._abort_uploads(root, buckets is None, kept, owner, now))
+            if self.fs.uploads is not None:  # a writer killed mid-upload leaves one, billed until aborted
+                removed.extend(self.fs.uploads.abort_under(root, buckets is None, doomed))
         return removed
-
-    def _abort_uploads(self, root: str, recursive: bool, kept: set[tuple[str, str, int]], owner: str | None,
-                       now: float) -> list[str]:
-        """Abort the incomplete multipart uploads of transient files under ``root`` that the sweep's rule
-        removes: a writer killed mid-upload leaves one, invisible to listings and billed until aborted."""
-        uploads = self.fs.uploads
-        if uploads is None:
-            return []
-        bucket, _, key = root.partition("/")
-        prefix = key.rstrip("/") + "/" if key else ""
-        try:
-            found = uploads.list(bucket, prefix) if uploads.usable else []
-        except OSError as exc:
-            log.warning("cannot list the incomplete uploads under %s (%s); a lifecycle rule "
-                        "(AbortIncompleteMultipartUpload) removes them", root, exc)
-            return []
-        aborted = []
-        for upload in found:
-            relative = upload.key[len(prefix):]
-            if not recursive and "/" in relative:
-                continue
-            name = relative.rsplit("/", 1)[-1]
-            parsed = self.names.parse_transient(name)
-            if parsed is None:
-                continue
-            bucket_dir = self._relative(f"{bucket}/{upload.key}".rsplit("/", 1)[0])
-            if (bucket_dir, parsed.task, parsed.counter) in kept:
-                continue
-            if owner is not None and writer_of(parsed.task) != owner and now - upload.initiated < ORPHAN_AGE_S:
-                continue
-            try:
-                uploads.abort(bucket, upload)
-            except OSError as exc:
-                log.warning("cannot abort the incomplete upload of %s/%s (%s)", bucket, upload.key, exc)
-                continue
-            aborted.append(f"{bucket}/{upload.key} (incomplete upload)")
-        return aborted
 
     def lost_files(self) -> list[str]:
         """The finished files of the newest finished commit that the output no longer holds: with the records kept

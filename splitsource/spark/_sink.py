@@ -26,6 +26,7 @@ from pyspark.sql.types import StructType
 
 from serializers import read_envelope, write_envelope
 from splitsource._errors import SinkError
+from splitsource.copyjob._ownership import refuse_if_owned
 from splitsource.sink._committer import BucketingGlobalCommitter, CommitRecord
 from splitsource.sink._files import PENDING_FILE_SERIALIZER, PendingFile
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
@@ -94,7 +95,7 @@ class BucketingBatchWriter(DataSourceArrowWriter):
         self.overwrite = overwrite
         self.write_id = uuid.uuid4().hex
         committer = _committer(options)
-        committer.refuse_if_owned("df.write.format('bucketing')")
+        refuse_if_owned(committer, "df.write.format('bucketing')")
         # before any task writes: finish what a crashed commit logged, then clear orphans of writes long gone (a
         # write running beside this one keeps its files)
         committer.recover()
@@ -105,7 +106,7 @@ class BucketingBatchWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[Any]) -> None:
         committer = _committer(self.options)
-        committer.refuse_if_owned("df.write.format('bucketing')")
+        refuse_if_owned(committer, "df.write.format('bucketing')")
         files, _ = _collect(messages)
         committer.recover()
         record = committer.combine(files, kind="overwrite" if self.overwrite else "append", write_id=self.write_id)
@@ -129,7 +130,7 @@ class BucketingStreamWriter(DataSourceStreamArrowWriter):
         # nothing is written here: Spark builds this writer again in the worker that runs ``commit``, after the
         # tasks wrote their pending files; a copy's output is refused before any task writes into it
         self.options = options
-        _committer(options).refuse_if_owned("writeStream.format('bucketing')")
+        refuse_if_owned(_committer(options), "writeStream.format('bucketing')")
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BucketingCommitMessage:
         return _task_output(self.options, iterator)
@@ -137,7 +138,7 @@ class BucketingStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
         files, query_id = _collect(messages)
         committer = _committer(self.options)
-        committer.refuse_if_owned("writeStream.format('bucketing')")
+        refuse_if_owned(committer, "writeStream.format('bucketing')")
         committer.commit_batch(files, query_id=query_id, batch_id=batchId, owner=stream_writer_id(query_id))
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803

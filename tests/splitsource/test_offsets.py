@@ -14,6 +14,7 @@ from connectors.cassandra import CassandraSource
 from connectors.cassandra._tokens import PlanEntry
 from connectors.generator import GeneratorSource
 from splitsource._errors import CheckpointError
+from splitsource._fs import locate
 from splitsource._offsets import (
     _LIVE,
     PlanStore,
@@ -56,7 +57,7 @@ def drain(source: Any, store: PlanStore, limit: BatchLimit) -> tuple[list[dict[s
 
 def test_a_large_plan_is_stored_once_and_offsets_stay_small(tmp_path: Path) -> None:
     source = ring_source()
-    offsets, ids = drain(source, PlanStore(str(tmp_path / "plans")), BatchLimit(max_splits=400))
+    offsets, ids = drain(source, PlanStore(locate(str(tmp_path / "plans"))), BatchLimit(max_splits=400))
     plans = list((tmp_path / "plans").iterdir())
     assert len(plans) == 1 and plans[0].stat().st_size > 500_000, "the plan is written once, whole"
     sizes = [len(json.dumps(o)) for o in offsets]
@@ -74,7 +75,7 @@ def test_without_a_plan_location_the_plan_travels_in_each_offset(tmp_path: Path)
 def test_a_restart_restores_the_enumerator_from_the_plan_and_takes_the_same_splits(tmp_path: Path,
                                                                                    restart_every: int) -> None:
     source = ring_source()
-    store = PlanStore(str(tmp_path / "plans"))
+    store = PlanStore(locate(str(tmp_path / "plans")))
     fingerprint = source_fingerprint(source)
     expected = drain(source, store, BatchLimit(max_splits=2000))[1]
     offset = initial_offset(source, fingerprint, 2, store)
@@ -96,7 +97,7 @@ def test_a_restart_restores_the_enumerator_from_the_plan_and_takes_the_same_spli
 
 def test_a_missing_or_corrupt_plan_is_one_clear_refusal(tmp_path: Path) -> None:
     source = GeneratorSource({"rows": "100", "split_rows": "10"})
-    store = PlanStore(str(tmp_path / "plans"))
+    store = PlanStore(locate(str(tmp_path / "plans")))
     fingerprint = source_fingerprint(source)
     first = next_offset(source, fingerprint, initial_offset(source, fingerprint, 2, store), 2,
                         BatchLimit(max_splits=3), store)
@@ -120,7 +121,7 @@ def test_a_missing_or_corrupt_plan_is_one_clear_refusal(tmp_path: Path) -> None:
 
 
 def test_an_enumerator_that_cuts_other_splits_from_the_same_plan_is_refused(tmp_path: Path) -> None:
-    store = PlanStore(str(tmp_path / "plans"))
+    store = PlanStore(locate(str(tmp_path / "plans")))
     source = GeneratorSource({"rows": "100", "split_rows": "10"})
     fingerprint = source_fingerprint(source)
     first = next_offset(source, fingerprint, initial_offset(source, fingerprint, 2, store), 2,
@@ -143,7 +144,7 @@ def _envelopes(source: Any, count: int) -> list[bytes]:
 
 
 def test_a_fresh_start_prunes_the_plans_no_offset_refers_to(tmp_path: Path) -> None:
-    store = PlanStore(str(tmp_path / "plans"))
+    store = PlanStore(locate(str(tmp_path / "plans")))
     source = ring_source()
     source.ranges = 10
     old = initial_offset(source, "ring", 2, store)

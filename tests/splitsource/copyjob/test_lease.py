@@ -194,7 +194,7 @@ def test_a_lease_renewal_on_s3_is_one_conditional_put(s3: Any) -> None:
     import threading
 
     from splitsource._errors import LeaseLostError
-    from splitsource._fs import resolve_filesystem
+    from splitsource._fs import locate, resolve_filesystem
     from splitsource.copyjob._ownership import CopyLock
     from tests.splitsource.copyjob.test_store_retries import CuttingProxy
 
@@ -202,7 +202,7 @@ def test_a_lease_renewal_on_s3_is_one_conditional_put(s3: Any) -> None:
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
         uri = f"s3://lake/renewal?endpoint_override=127.0.0.1:{proxy.server_address[1]}&scheme=http"
-        with CopyLock([("output renewal", uri)], command="test", lease_s=0.4) as lock:
+        with CopyLock([("output renewal", locate(uri))], command="test", lease_s=0.4) as lock:
             taken = len(proxy.requests)
             deadline = time.monotonic() + 60
             while sum(1 for m, p, _ in proxy.requests[taken:] if "lock.json" in p) < 8:
