@@ -23,6 +23,7 @@ __all__ = [
     "BatchLimit",
     "FrameworkOptions",
     "ReadRate",
+    "ReadSettings",
     "RetryPolicy",
     "TaskEnvironment",
     "all_splits",
@@ -32,6 +33,7 @@ __all__ = [
     "concurrent_readers",
     "load_connector",
     "pack_splits",
+    "read_settings",
 ]
 
 MIB = 1024 * 1024
@@ -166,11 +168,34 @@ def framework_options(options: Mapping[str, str]) -> FrameworkOptions:
                          context="format('splitsource')")
 
 
+@dataclass(frozen=True)
+class ReadSettings:
+    """A read's options, parsed once where they come in, and what travels to every task that reads: the
+    framework's, typed, and the connector's own, as text (the connector API's contract: a Source parses its
+    options itself, once per process that builds it)."""
+
+    framework: FrameworkOptions
+    connector: Mapping[str, str]  # lower-cased, without the framework's
+
+    def source(self) -> Source[Any, Any, Any, Any]:
+        """The connector's Source, built from its options."""
+        return load_connector(self.framework.connector)(dict(self.connector))
+
+    def with_connector(self, extra: Mapping[str, str]) -> ReadSettings:
+        """These settings with ``extra`` connector options (what a live enumerator holds for its readers)."""
+        return ReadSettings(self.framework, {**self.connector, **extra}) if extra else self
+
+
+def read_settings(options: Mapping[str, str]) -> ReadSettings:
+    """Split options into the framework's (parsed) and the connector's."""
+    return ReadSettings(framework_options(options),
+                        {k.lower(): str(v) for k, v in options.items() if k.lower() not in RESERVED_OPTIONS})
+
+
 def build_source(options: Mapping[str, str]) -> tuple[FrameworkOptions, Source[Any, Any, Any, Any]]:
     """Split options into the framework's and the connector's, and build the connector's Source."""
-    framework = framework_options(options)
-    connector_options = {k.lower(): str(v) for k, v in options.items() if k.lower() not in RESERVED_OPTIONS}
-    return framework, load_connector(framework.connector)(connector_options)
+    settings = read_settings(options)
+    return settings.framework, settings.source()
 
 
 def concurrent_readers(framework: FrameworkOptions, tasks: int, slots: int = 0) -> int:

@@ -60,7 +60,10 @@ class Batch:
     splits: tuple[Split, ...]
     encoded: Mapping[str, bytes]  # split id -> the split's versioned bytes
     task: TaskSpec
-    framework: FrameworkOptions
+
+    @property
+    def framework(self) -> FrameworkOptions:
+        return self.task.read.framework
 
 
 class TaskPool(Protocol):
@@ -96,10 +99,10 @@ class _Coordinator:
         self.query_id = f"{engine}-{run.token}"
         self.offsets = _OffsetLog(run.checkpoint, engine)
         self.fingerprint = source_fingerprint(run.source)
-        self.parallelism = max(run.framework.parallelism, parallelism)
-        self.limit = batch_limit(run.framework)
+        self.parallelism = max(run.read.framework.parallelism, parallelism)
+        self.limit = batch_limit(run.read.framework)
         self.plans = PlanStore(run.checkpoint.child(PLANS_DIR))  # the plan once, offsets hold a cursor
-        self.task = TaskSpec(dict(run.read_options), dict(run.sink_raw), TaskEnvironment.current(),
+        self.task = TaskSpec(run.read, run.sink, TaskEnvironment.current(),
                              copy_writer_id(run.token))
         self.last, self.start = -1, cast("dict[str, Any] | None", None)  # the last committed batch, its offset
         self.done_splits, self.total, self.rows, self.batches = 0, -1, 0, 0
@@ -148,8 +151,8 @@ class _Coordinator:
         serializer = self.copy.source.split_serializer()
         encoded = {s.split_id: write_envelope(serializer, s) for s in splits}
         extra = reader_options(self.fingerprint, end)  # what the live enumerator holds for its readers
-        task = replace(self.task, options={**self.task.options, **extra}) if extra else self.task
-        results = self.write(Batch(batch_id, splits, encoded, task, self.copy.framework))
+        task = replace(self.task, read=self.task.read.with_connector(extra))
+        results = self.write(Batch(batch_id, splits, encoded, task))
         self.commit(batch_id, encoded, results)
         # the offset before this batch stays: a commit rolled back (its files removed from outside) replays it
         self.offsets.prune(keep_from=batch_id - 1)

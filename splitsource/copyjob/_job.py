@@ -26,7 +26,7 @@ from splitsource._errors import LeaseLostError, OptionsError
 from splitsource._fs import Location, is_uri, locate, redact, sibling_uri
 from splitsource._names import FINISHED_FILE, RECORDS_SUFFIX, SINK_DESCRIPTION
 from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
-from splitsource._planning import build_source
+from splitsource._planning import read_settings
 from splitsource.copyjob._ownership import (
     DEFAULT_LEASE_S,
     Claim,
@@ -263,10 +263,11 @@ class Copy:
 
     def __init__(self, settings: CopySettings, engine: Engine, progress: Progress | None) -> None:
         self.settings, self.engine, self.progress = settings, engine, progress
-        self.sink = parse_sink_options(settings.sink_raw)
+        self.sink = parse_sink_options({**engine.sink_defaults, **settings.sink_raw})
         self.output, self.checkpoint = locate(settings.output), locate(settings.checkpoint)
         check_paths(self.output, self.checkpoint)
-        self.framework, self.source = build_source(settings.read_options)
+        self.read = read_settings(settings.read_options)
+        self.framework, self.source = self.read.framework, self.read.source()
         self.schema = self.source.schema()
         self.committer = self.sink.committer(self.output)
         self.records = Location(self.sink.metadata or sibling_uri(self.output.uri, RECORDS_SUFFIX),
@@ -352,8 +353,7 @@ class Copy:
         checkpoint, committer = self.checkpoint, self.committer
         result = finished_before(checkpoint, claimed.token, committer) if claimed.resumed else None
         if result is None:
-            run = CopyRun(self.source, self.framework, self.settings.read_options, self.settings.sink_raw,
-                          committer, checkpoint, claimed.token,
+            run = CopyRun(self.source, self.read, self.sink, committer, checkpoint, claimed.token,
                           self.progress.update if self.progress is not None else None)
             result = self.engine.run(run)
             mark_finished(checkpoint, claimed.token, committer, result)

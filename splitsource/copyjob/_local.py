@@ -147,6 +147,7 @@ class LocalEngine:
     machine (0: one per core), no JVM; its tasks write where this process reads, so storage needs no check."""
 
     name = LOCAL_DIR
+    sink_defaults = {"buffer_mb": WORKER_BUFFER_MB}  # a user's buffer_mb wins
 
     def __init__(self, workers: int = 0) -> None:
         if not 0 <= workers <= MAX_WORKERS:
@@ -171,9 +172,8 @@ def _run_copy(run: CopyRun, workers: int) -> EngineResult:
     place = run.checkpoint.child(LOCAL_DIR)
     place.store.make_dirs(place.path)
     log = f"{place.path}/{WORKERS_LOG}" if place.store.local else None
-    sink_raw = {"buffer_mb": WORKER_BUFFER_MB, **run.sink_raw}  # a user's buffer_mb wins
     try:
         # started before the first batch is planned: their start-up (a Python, its imports) overlaps the planning
-        return run_batches(replace(run, sink_raw=sink_raw), _Workers(workers, log), LOCAL_DIR, parallelism=workers)
+        return run_batches(run, _Workers(workers, log), LOCAL_DIR, parallelism=workers)
     except LocalCopyFailed as exc:
         raise failure(str(exc), exc.detail or str(exc), run.checkpoint) from None

@@ -39,12 +39,12 @@ import pyarrow as pa
 
 from splitsource._api import Source, Split
 from splitsource._fs import Location
-from splitsource._planning import FrameworkOptions, TaskEnvironment
+from splitsource._planning import ReadSettings, TaskEnvironment
 from splitsource.runtime._read import read_splits
 from splitsource.runtime._source_reader import MAX_EVENTS, ReaderMetrics
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PendingFile
-from splitsource.sink._options import parse_sink_options
+from splitsource.sink._options import BucketingSinkOptions
 from splitsource.sink._writer import write_files
 
 __all__ = ["AskSplit", "CopyRun", "Engine", "EngineResult", "ProgressFn", "ReadStats", "TaskOutcome", "TaskReport",
@@ -64,14 +64,13 @@ def copy_writer_id(token: str) -> str:
 
 @dataclass(frozen=True)
 class CopyRun:
-    """What the copy job hands an engine once it owns the output: the source (built once, in this process) with
-    its framework options, the options the read tasks build their own from, the sink's, the committer (fenced by
-    the copy's lease), the checkpoint, the copy's token, and where progress goes."""
+    """What the copy job hands an engine once it owns the output: the source (built once, in this process), the
+    read's settings (the read tasks build their own source from them) and the sink's, both parsed once, the
+    committer (fenced by the copy's lease), the checkpoint, the copy's token, and where progress goes."""
 
     source: Source[Any, Any, Any, Any]
-    framework: FrameworkOptions
-    read_options: Mapping[str, str]  # the connector's options and the framework's, for the read tasks
-    sink_raw: Mapping[str, str]  # the bucketing sink's options, ``path`` included
+    read: ReadSettings
+    sink: BucketingSinkOptions
     committer: BucketingGlobalCommitter
     checkpoint: Location
     token: str  # the copy's ownership token: its query id in the output's commit log
@@ -80,10 +79,11 @@ class CopyRun:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """What every read task of a batch runs with (pickled to the local engine's workers and Spark's executors)."""
+    """What every read task of a batch runs with (pickled to the local engine's workers and Spark's executors):
+    the options parsed once by the copy, never parsed again."""
 
-    options: Mapping[str, str]  # the connector's options and the framework's
-    sink: Mapping[str, str]  # the bucketing sink's options
+    read: ReadSettings
+    sink: BucketingSinkOptions
     environment: TaskEnvironment  # the planner's interpreter and release: a task on another refuses plainly
     writer: str = ""  # the copy's id in its part files' names
     readers: int = 1  # the copy's tasks that read at once, sharing its read rate limit
@@ -151,6 +151,7 @@ class Engine(Protocol):
     names one), checks storage with it before it claims anything, runs the protocol with it, and closes it."""
 
     name: str  # its directory in the checkpoint and the prefix of the copy's query id; a checkpoint keeps to one
+    sink_defaults: Mapping[str, str]  # sink options its tasks write with unless the user gave them
 
     def check_storage(self, places: list[tuple[str, Location]]) -> None:
         """Refuse (:class:`~splitsource.OptionsError`) places (``(what, location)``) the tasks cannot share with
@@ -197,9 +198,8 @@ def copy_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
     run at once, sharing its read rate limit. Each request for a split reports the rows written so far. On any
     failure the task's in-progress files are removed and the error propagates: nothing of it is committed."""
     from serializers import read_envelope
-    from splitsource._planning import build_source
 
-    _, source = build_source(spec.options)  # once per task: its reader's, and its splits' serializer
+    source = spec.read.source()  # once per task: its reader's, and its splits' serializer
     serializer = source.split_serializer()
     splits, rows, metrics = 0, 0, ReaderMetrics()
 
@@ -214,10 +214,10 @@ def copy_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
 
     def batches() -> Iterator[pa.RecordBatch]:
         nonlocal rows
-        for batch in read_splits(spec.options, next_split, None, f"task-{spec.index}", spec.readers, metrics,
-                                 source):
+        for batch in read_splits(spec.read.framework, source, next_split, None, f"task-{spec.index}", spec.readers,
+                                 metrics):
             rows += batch.num_rows
             yield batch
 
-    files = tuple(write_files(parse_sink_options(spec.sink), batches(), spec.index, spec.writer))
+    files = tuple(write_files(spec.sink, batches(), spec.index, spec.writer))
     return TaskOutcome(files, sum(f.rows for f in files), splits, TaskReport.of(metrics))

@@ -3,13 +3,13 @@ partition, a copy task of either engine)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from splitsource._api import Source, Split
-from splitsource._planning import build_source, framework_options
+from splitsource._planning import FrameworkOptions
 from splitsource.runtime._source_reader import ReaderMetrics, SourceReader, call_with_retry
 
 __all__ = ["conform_batch", "read_splits"]
@@ -26,16 +26,13 @@ def conform_batch(batch: pa.RecordBatch, expected: pa.Schema) -> pa.RecordBatch:
     return batch.cast(expected)
 
 
-def read_splits(options: Mapping[str, str], next_split: Callable[[], Split | None], expected: pa.Schema | None,
-                name: str, readers: int = 1, metrics: ReaderMetrics | None = None,
-                source: Source[Any, Any, Any, Any] | None = None) -> Iterator[pa.RecordBatch]:
-    """Read the splits ``next_split`` hands out (None: no more) through one :class:`SourceReader`, as Arrow
-    batches in ``expected`` (None: the source's own schema, read with retries: a task may start while a node
-    restarts). ``readers``: how many readers of the job run at once, sharing its read rate limit; ``metrics``:
-    where the reader counts (rows per split, retries, time throttled); ``source``: the source of ``options``
-    already built (with the metadata it read), else it is built here."""
-    framework = framework_options(options)
-    source = source if source is not None else build_source(options)[1]
+def read_splits(framework: FrameworkOptions, source: Source[Any, Any, Any, Any],
+                next_split: Callable[[], Split | None], expected: pa.Schema | None, name: str, readers: int = 1,
+                metrics: ReaderMetrics | None = None) -> Iterator[pa.RecordBatch]:
+    """Read the splits ``next_split`` hands out (None: no more) from ``source`` through one :class:`SourceReader`,
+    as Arrow batches in ``expected`` (None: the source's own schema, read with retries: a task may start while a
+    node restarts). ``readers``: how many readers of the job run at once, sharing its read rate limit;
+    ``metrics``: where the reader counts (rows per split, retries, time throttled)."""
     if expected is None:
         expected = call_with_retry(source, source.schema, framework.retry, f"{name}: reading the schema")
     reader = SourceReader(source, next_split, queue_capacity=framework.queue_capacity, retry=framework.retry,

@@ -208,6 +208,7 @@ class SparkEngine:
     :meth:`close`). Making one starts nothing."""
 
     name = SPARK_DIR
+    sink_defaults: dict[str, str] = {}  # an executor task's budget is the sink's own default
 
     def __init__(self, master: str = "local[2]", spark: Any = None) -> None:
         if spark is None and not MASTER_URL.fullmatch(master):

@@ -29,11 +29,12 @@ from pyspark.sql.types import StructType
 from splitsource._api import Predicate, Source, Split
 from splitsource._planning import (
     FrameworkOptions,
+    ReadSettings,
     TaskEnvironment,
     all_splits,
-    build_source,
     concurrent_readers,
     pack_for,
+    read_settings,
 )
 from splitsource.runtime._read import read_splits
 
@@ -86,8 +87,8 @@ def carried(source: Source[Any, Any, Any, Any]) -> bytes | None:
         return None
 
 
-def source_of(options: Mapping[str, str], planned: bytes | None) -> Source[Any, Any, Any, Any]:
-    """The source of ``options``: the one the schema step carried (``planned``), else built again."""
+def source_of(settings: ReadSettings, planned: bytes | None) -> Source[Any, Any, Any, Any]:
+    """The source of ``settings``: the one the schema step carried (``planned``), else built again."""
     if planned is not None:
         try:
             source = pickle.loads(planned)
@@ -95,7 +96,7 @@ def source_of(options: Mapping[str, str], planned: bytes | None) -> Source[Any, 
                 return source
         except Exception:  # noqa: BLE001 - a worker that cannot load it builds the source again
             pass
-    return build_source(options)[1]
+    return settings.source()
 
 
 def read_partition(options: Mapping[str, str], partition: SplitsPartition, expected: pa.Schema | None,
@@ -104,9 +105,9 @@ def read_partition(options: Mapping[str, str], partition: SplitsPartition, expec
     source as the schema step carried it."""
     partition.environment.check()
     remaining = iter(partition.splits)
-    source = source_of(options, planned) if planned is not None else None
-    yield from read_splits(options, lambda: next(remaining, None), expected, f"partition-{len(partition.splits)}",
-                           partition.readers, source=source)
+    settings = read_settings(options)
+    yield from read_splits(settings.framework, source_of(settings, planned), lambda: next(remaining, None),
+                           expected, f"partition-{len(partition.splits)}", partition.readers)
 
 
 _OPS = {EqualTo: "=", In: "in", LessThan: "<", LessThanOrEqual: "<=", GreaterThan: ">", GreaterThanOrEqual: ">="}
@@ -145,8 +146,8 @@ class SplitSourceBatchReader(DataSourceReader):
         self._planned = planned  # the source as the schema step carried it (see SplitSourceDataSource.schema)
 
     def partitions(self) -> list[InputPartition]:
-        framework, _ = build_source(self._options)
-        source = source_of(self._options, self._planned)
+        settings = read_settings(self._options)
+        framework, source = settings.framework, source_of(settings, self._planned)
         groups = pack_for(framework, all_splits(source, max(framework.partitions, 1)))
         # an empty source: one partition that reads nothing gives an empty DataFrame
         return partitions_of(framework, groups or [()])
@@ -166,7 +167,7 @@ class PushdownBatchReader(SplitSourceBatchReader):
         the rest are returned for Spark to evaluate. Called only when
         ``spark.sql.python.filterPushdown.enabled`` is true."""
         offered = [(f, p) for f in filters if (p := predicate_of(f)) is not None]
-        source = source_of(self._options, self._planned)
+        source = source_of(read_settings(self._options), self._planned)
         added, taken = source.push_predicates([p for _, p in offered])
         pushed = {id(offered[i][0]) for i in taken}
         if pushed:

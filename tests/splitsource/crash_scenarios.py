@@ -66,11 +66,13 @@ class InlineTasks:
 
 
 class InlineEngine:
-    """An engine (``splitsource.copyjob._protocol.Engine``) whose tasks run in this process: the coordinator with
-    the Spark engine's directory and query id when given a master, the local engine's otherwise."""
+    """An engine (``splitsource.copyjob._protocol.Engine``) whose tasks run in this process, with the coordinator
+    under the Spark engine's directory and query id (``name`` spark) or the local engine's (local)."""
 
-    def __init__(self, master: str = "", spark: Any = None, workers: int = 0) -> None:
-        self.name = "spark" if master else "local"
+    sink_defaults: dict[str, str] = {}
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def check_storage(self, places: list[tuple[str, Location]]) -> None:
         pass
@@ -87,10 +89,9 @@ class InlineEngine:
 def copy_once(root: Path, engine: str, overwrite: bool = False) -> Any:
     from splitsource.copyjob import _job
 
-    _job.ENGINES = {"spark": f"{__name__}:InlineEngine", "local": f"{__name__}:InlineEngine"}
     return _job.copy("generator", GEN_OPTIONS, str(root / "out"), format="parquet", bucketer="columns",
-                     sink_options={"bucket_columns": "flag"}, engine=engine, max_splits_per_batch=BATCH_SPLITS,
-                     overwrite=overwrite)
+                     sink_options={"bucket_columns": "flag"}, engine=InlineEngine(engine),
+                     max_splits_per_batch=BATCH_SPLITS, overwrite=overwrite)
 
 
 # -- the sink's writers ----------------------------------------------------------------------------------------------

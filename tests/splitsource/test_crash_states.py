@@ -19,7 +19,6 @@ import pytest
 
 from splitsource import _fs
 from splitsource._errors import SplitSourceError
-from splitsource.copyjob import _job
 from tests.fixtures import ROOT
 from tests.splitsource import crash_scenarios as sc
 from tests.splitsource.crashfs import CrashState, crash_states
@@ -104,11 +103,6 @@ def _replay(scenario: str, ops: list[tuple[Any, ...]], root: Path, stop_at_first
         finally:
             shutil.rmtree(root, ignore_errors=True)
     return outcomes, failures
-
-
-@pytest.fixture(autouse=True)
-def _engines(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_job, "ENGINES", dict(_job.ENGINES))  # the scenarios point them at in-process tasks
 
 
 def test_every_crash_state_ends_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -74,7 +74,7 @@ def test_a_read_task_reports_each_split_finished_as_it_asks_for_the_next(tmp_pat
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The task function itself, in this process: 3 splits of 1,000 rows, one report per request for a split."""
     from serializers import write_envelope
-    from splitsource._planning import TaskEnvironment, all_splits, build_source
+    from splitsource._planning import TaskEnvironment, all_splits, build_source, read_settings
     from splitsource.spark import _copy
 
     calls: list[tuple[int, int, bool]] = []
@@ -91,8 +91,10 @@ def test_a_read_task_reports_each_split_finished_as_it_asks_for_the_next(tmp_pat
     _, source = build_source(options)
     encoded = [write_envelope(source.split_serializer(), s) for s in all_splits(source, 1)]
     from splitsource.copyjob._protocol import TaskSpec
+    from splitsource.sink._options import parse_sink_options
 
-    task = TaskSpec(options, {"path": str(tmp_path / "out"), "format": "parquet"}, TaskEnvironment.current())
+    task = TaskSpec(read_settings(options), parse_sink_options({"path": str(tmp_path / "out"), "format": "parquet"}),
+                    TaskEnvironment.current())
     (result,) = list(_copy.read_task(task, str(tmp_path), 7)(1, [encoded]))
     assert (result.rows, result.splits, len(result.files)) == (3000, 3, 1)
     assert [c[0] for c in calls] == [0, 1, 2, 3, 3], calls  # 4 requests (the last one gets None), then the end
