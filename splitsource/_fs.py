@@ -16,7 +16,8 @@ Paths inside a store are plain strings (``/abs/path`` locally, ``bucket/key`` on
 once (:func:`split_uri`): a query string (``?endpoint_override=...``) stays with the store and is never glued into a
 path, and :func:`redact` strips credentials from every URI that is printed, logged or persisted.
 
-Every sync has a name (``SYNC_POINTS``): the crash tests remove them one at a time to show each one is needed.
+Every sync has a name (``SYNC_POINTS``): the crash tests remove them one at a time to show each one is needed (a
+rollback's, which no crash state needs, are kept so that its deletions are durable when it returns).
 
 On an object store the idempotent reads (``info``, ``list``, ``read_bytes``: HEAD, LIST, GET) are tried again after
 a transient failure (a response cut short, a reset connection), with backoff, within ``READ_RETRY_BUDGET_S``; no
@@ -73,6 +74,10 @@ SYNC_POINTS = (
     "part.file",  # a part file's bytes, before it becomes pending (a pending name whose rename a crash undoes is
     # not synced: the commit that names it is rolled back and its batch read again)
     "publish.dir",  # a bucket directory after its pending files were renamed to finished (before the done marker)
+    "snapshot.file",  # a row-format file open at a writer's snapshot, up to the valid length the state records
+    "snapshot.dir",  # the directories of those files (their names)
+    "recover.part",  # a restored file cut back to its valid length, before it becomes pending
+    "rollback.dir",  # a rolled-back commit's bucket directories and the log, once its files and record are gone
 )
 # syncs left out on purpose: the crash tests' mutations, and bench/bench_durability.py's measure of what they cost
 # (SPLITSOURCE_BENCH_NO_SYNC=1, never for real data: a power loss can then lose committed rows)

@@ -536,9 +536,9 @@ class BucketingGlobalCommitter:
         for bucket in sorted({f.bucket for f in record.files}):
             directory = join(self.base, bucket) if bucket else self.base
             if self.fs.exists(directory):
-                self.fs.sync_dir(directory, "publish.dir")
+                self.fs.sync_dir(directory, "rollback.dir")  # its finished files' deletions, before the record's
         self.fs.delete(join(self._log, f"{record.seq:020d}.commit"))
-        self.fs.sync_dir(self._log, "write.dir")
+        self.fs.sync_dir(self._log, "rollback.dir")
         what = f"batch {record.batch_id} of {record.write_id}" if record.kind == "stream" else "a write"
         log.warning("commit %d (%s) was rolled back: its part file %s is gone (removed from outside the sink, or "
                     "swept by a copy that took over from the one that logged it); it counts as not committed%s",

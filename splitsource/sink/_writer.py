@@ -313,7 +313,14 @@ class BucketingSinkWriter:
         self._merge_sorted_out()  # sorted-out rows are in no file a state can name: write them into their buckets
         files = []
         for current in self._open.values():
-            files.append(InProgressFile(current.bucket, current.counter, current.writer.flush(), current.rows))
+            valid_length = current.writer.flush()
+            if not self._direct:  # the state is a promise that these bytes survive: make them durable first
+                name = self._names.in_progress(self._task, current.counter)
+                self._fs.sync(self._path(current.bucket, name), "snapshot.file")
+            files.append(InProgressFile(current.bucket, current.counter, valid_length, current.rows))
+        if not self._direct:  # ...and the names it gives them
+            for bucket in sorted({f.bucket for f in files}):
+                self._fs.sync_dir(join(self._base, bucket) if bucket else self._base, "snapshot.dir")
         return WriterState(self._task, self._counter, tuple(files))
 
     def abort(self) -> None:
@@ -401,7 +408,7 @@ class BucketingSinkWriter:
         if size > item.valid_length and not self._fs.truncate(in_progress, item.valid_length):
             marker = self._path(item.bucket, self._names.valid_length(self._task, item.counter))
             self._fs.write(marker, str(item.valid_length).encode())
-        self._fs.sync(in_progress, "part.file")
+        self._fs.sync(in_progress, "recover.part")  # the cut, durable before the file is named pending
         self._fs.move(in_progress, pending)
         self._pending.append(committable)
 

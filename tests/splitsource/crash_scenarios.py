@@ -32,7 +32,7 @@ SPLIT_ROWS = 50
 BATCH_SPLITS = 2
 GEN_OPTIONS = {"rows": str(ROWS), "split_rows": str(SPLIT_ROWS), "columns": "id:bigint,flag:boolean",
                "null_fraction": "0"}
-SCENARIOS = ("copy-local", "copy-spark", "sink-batch", "sink-stream")
+SCENARIOS = ("copy-local", "copy-spark", "sink-batch", "sink-stream", "sink-restore")
 QUERY = "crash-query"
 WRITES = 3  # sink scenarios: writes (batch) or batches (stream) of TASKS tasks of TASK_ROWS rows
 TASKS = 2
@@ -142,6 +142,75 @@ def stream_batch(root: Path, batch: int) -> None:
     writer.commit(_messages(root, batch, stream_writer_id(QUERY), QUERY, batch), batch)
 
 
+# -- a writer restored from its snapshot (Flink's handleRestoredBucketState) ------------------------------------------
+
+def _restore_options(root: Path) -> Any:
+    from splitsource.sink._options import parse_sink_options
+
+    return parse_sink_options({"path": str(root / "out"), "format": "jsonl", "bucketer": "none"})
+
+
+def snapshot_then_fail(root: Path, mark: Callable[[str], None]) -> None:
+    """A row-format writer writes the checkpoint's rows and snapshots its state, which goes into a checkpoint file
+    written through the door (a state backend's durable write: ``snapshot`` marks it done); then it writes more
+    rows and snapshots again, a checkpoint that never completes (its bytes reach the disk past the valid length the
+    completed one recorded), and dies."""
+    from serializers import write_envelope
+    from splitsource._fs import locate
+    from splitsource.sink._files import WRITER_STATE_SERIALIZER
+    from splitsource.sink._writer import BucketingSinkWriter
+
+    options = _restore_options(root)
+    out = locate(options.path)
+    writer = BucketingSinkWriter(options, _rows(0).schema, out.store, out.path, task="a")
+    writer.write(_rows(0))
+    state = write_envelope(WRITER_STATE_SERIALIZER, writer.snapshot_state())
+    out.store.write(str(root / "checkpoint"), state)
+    mark("snapshot")
+    writer.write(_rows(TASK_ROWS))  # dropped by the restore
+    writer.snapshot_state()
+
+
+def restore_and_commit(root: Path) -> None:
+    """The job restarted: restore the writer from the checkpoint file (a fresh writer of the same rows when there
+    is none) and commit what it recovers as batch 0 of the query; a replay of a batch committed before is
+    discarded."""
+    from serializers import read_envelope
+    from splitsource._fs import locate
+    from splitsource.sink._files import WRITER_STATE_SERIALIZER
+    from splitsource.sink._writer import BucketingSinkWriter
+
+    options = _restore_options(root)
+    out = locate(options.path)
+    committer = options.committer(out)
+    committer.recover()
+    checkpoint = root / "checkpoint"
+    if checkpoint.exists():
+        state = read_envelope(WRITER_STATE_SERIALIZER, checkpoint.read_bytes())
+        writer = BucketingSinkWriter(options, _rows(0).schema, out.store, out.path, state=state)
+    else:  # the checkpoint never completed: the job starts over
+        writer = BucketingSinkWriter(options, _rows(0).schema, out.store, out.path, task="b")
+        writer.write(_rows(0))
+    committer.commit_batch(writer.prepare_commit(end_of_input=True), query_id=QUERY, batch_id=0)
+
+
+def sink_restore(root: Path, mark: Callable[[str], None]) -> None:
+    snapshot_then_fail(root, mark)
+    restore_and_commit(root)
+    mark("write0")
+
+
+def restored_ids(root: Path) -> list[int]:
+    """The ids a reader of the JSON lines output reads (finished part files only), sorted."""
+    out = root / "out"
+    if not out.exists():
+        return []
+    dataset = ds.dataset(str(out), format="json")
+    if not dataset.files:
+        return []
+    return sorted(dataset.to_table(columns=["id"]).column("id").to_pylist())
+
+
 # -- reading back as users do ------------------------------------------------------------------------------------------
 
 def read_ids(out: Path) -> list[int]:
@@ -173,6 +242,8 @@ def record(scenario: str, root: Path) -> list[tuple[Any, ...]]:
             for write in range(WRITES):
                 sink_append(root, write)
                 recorder.mark(f"write{write}")
+        elif scenario == "sink-restore":
+            sink_restore(root, recorder.mark)
         else:
             for batch in range(WRITES):
                 stream_batch(root, batch)

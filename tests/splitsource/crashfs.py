@@ -179,6 +179,8 @@ def _file_bytes(inode: _Inode, data: str, torn_at: float = 0.5) -> bytes:
         return synced
     if inode.data.startswith(synced):  # torn: the synced part and some of what came after it
         return inode.data[: len(synced) + int((len(inode.data) - len(synced)) * torn_at)]
+    if synced.startswith(inode.data):  # cut back since its sync (a truncate): its length is anywhere between
+        return synced[: len(inode.data) + int((len(synced) - len(inode.data)) * torn_at)]
     return inode.data[: int(len(inode.data) * torn_at)]
 
 

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ def _check(scenario: str, state: CrashState, root: Path, next_write: int = sc.WR
     """Run what follows the crash in ``state`` (built under ``root``); "exact" or "refused: <line>", or an
     AssertionError saying what is wrong. ``next_write``: the batch write that recovers a sink-batch output (after a
     crash during an earlier recovery, a write of its own: an append run twice appends twice)."""
+    if scenario == "sink-restore":
+        return _check_restore(state, root)
     out = root / "out"
     written = sorted(int(m[5:]) for m in state.marks if m.startswith("write"))
     before = sc.read_ids(out)
@@ -82,6 +85,20 @@ def _check(scenario: str, state: CrashState, root: Path, next_write: int = sc.WR
     return "exact"
 
 
+def _check_restore(state: CrashState, root: Path) -> str:
+    """A writer restored from its snapshot: whatever the crash left, restoring again from the checkpoint (or starting
+    over, when it never completed) commits the checkpoint's rows once, and none written after it."""
+    if "write0" in state.marks:
+        assert sc.restored_ids(root) == list(range(sc.TASK_ROWS)), "a commit that had reported success lost rows"
+    try:
+        sc.restore_and_commit(root)
+    except SplitSourceError as exc:
+        assert "\n" not in str(exc), f"a refusal of more than one line: {exc}"
+        return f"refused: {exc}"
+    assert sc.restored_ids(root) == list(range(sc.TASK_ROWS)), "the restored writer did not commit its rows once"
+    return "exact"
+
+
 def _replay(scenario: str, ops: list[tuple[Any, ...]], root: Path, stop_at_first_failure: bool = False
             ) -> tuple[Counter[str], list[str]]:
     """Build each crash state of ``ops`` where it was recorded (``root``: paths are kept absolute) and check it."""
@@ -123,10 +140,18 @@ def test_every_crash_state_ends_exact(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not problems, f"{len(problems)} crash state(s) not exact:\n" + "\n".join(problems[:20])
 
 
-_SHOWN_BY = {"mkdir": "sink-batch"}  # where a sync's need was found (the rest: copy-local, the first searched)
+_SHOWN_BY = {"mkdir": "sink-batch", "snapshot.file": "sink-restore", "snapshot.dir": "sink-restore",
+             "recover.part": "sink-restore"}  # where a sync's need was found (the rest: copy-local, searched first)
 
 
-@pytest.mark.parametrize("point", _fs.SYNC_POINTS)
+# syncs no crash state needs: a rollback's (a rollback is idempotent while its record stands, and the record's
+# removal becomes durable only with the log's next write, which syncs the log directory); crashing a recovery at
+# every point of its rollbacks without them ends exact. They are kept so that a rollback's deletions are durable when
+# it returns, not at some later sync; test_a_crash_during_recovery crashes them
+UNPROVEN = ("rollback.dir",)
+
+
+@pytest.mark.parametrize("point", [p for p in _fs.SYNC_POINTS if p not in UNPROVEN])
 def test_each_sync_is_needed(point: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Leave one sync out (in the recorded run only; recovery runs whole): some crash state must then go wrong.
     A sync no state needs would be one this test cannot justify."""
@@ -157,16 +182,8 @@ def test_a_crash_during_recovery_ends_exact(tmp_path: Path, capsys: pytest.Captu
     outcomes: Counter[str] = Counter()
     problems: list[str] = []
     sites: set[str] = set()
-    for scenario in RECOVERIES:
-        root = tmp_path / scenario
-        ops = _record(scenario, root)
-        # mid-run, as a SIGKILL leaves it (logged commits to finish) and as a power loss that undid the unsynced
-        # renames does (a logged commit whose pending files are gone: rolled back)
-        states = list(crash_states(ops, mixed=0, variants=[("current", "current"), ("synced", "current")]))
-        unmarked = sorted({s.point for s in states if not s.marks})  # before the first write reported success
-        point = unmarked[len(unmarked) * 2 // 3]
-        for first in (s for s in states if s.point == point):
-            problems += _crash_the_recovery(scenario, first, root, outcomes, sites, caplog)
+    for scenario, first, root in _first_crashes(tmp_path):
+        problems += _crash_the_recovery(scenario, first, root, outcomes, sites, caplog)
     rolled_back = [r for r in caplog.records if "was rolled back" in r.getMessage()]
     with capsys.disabled():
         print(f"\ncrashes during recovery: {sum(outcomes.values())} states, "
@@ -175,6 +192,20 @@ def test_a_crash_during_recovery_ends_exact(tmp_path: Path, capsys: pytest.Captu
     assert {"sync", "syncdir", "rename"} <= sites, "the recoveries finished no commit: they recovered nothing"
     assert rolled_back, "no recovery rolled a commit back: the rollback path was never crashed"
     assert not problems, f"{len(problems)} state(s) not exact:\n" + "\n".join(problems[:20])
+
+
+def _first_crashes(tmp_path: Path) -> Iterator[tuple[str, CrashState, Path]]:
+    """A crash state of each of ``RECOVERIES`` that leaves recovery to do: mid-run, as a SIGKILL leaves it (logged
+    commits to finish) and as a power loss that undid the unsynced renames does (a logged commit whose pending
+    files are gone: rolled back)."""
+    for scenario in RECOVERIES:
+        root = tmp_path / scenario
+        ops = _record(scenario, root)
+        states = list(crash_states(ops, mixed=0, variants=[("current", "current"), ("synced", "current")]))
+        unmarked = sorted({s.point for s in states if not s.marks})  # before the first write reported success
+        point = unmarked[len(unmarked) * 2 // 3]
+        for first in (s for s in states if s.point == point):
+            yield scenario, first, root
 
 
 def _crash_the_recovery(scenario: str, first: CrashState, root: Path, outcomes: Counter[str], sites: set[str],
