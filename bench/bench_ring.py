@@ -36,8 +36,8 @@ from connectors.cassandra._options import CassandraOptions  # noqa: E402
 from connectors.cassandra._planner import gather_estimates, plan_ring  # noqa: E402
 from connectors.cassandra._tokens import PARTITIONERS, PlanEntry  # noqa: E402
 from splitsource._offsets import _LIVE, PlanStore, initial_offset, next_offset, source_fingerprint  # noqa: E402
-from splitsource._options import parse_options  # noqa: E402
 from splitsource._planning import FrameworkOptions, batch_limit  # noqa: E402
+from splitsource._typed_options import parse_options  # noqa: E402
 
 LO, HI = PARTITIONERS["Murmur3Partitioner"]
 

@@ -52,10 +52,10 @@ from splitsource._errors import (
     TransientSplitReadError,
 )
 from splitsource._keyrange import KeyRange, KeyRangePosition, KeyRangeSource, ResumeState
-from splitsource._options import REQUIRED, Secret, describe_options, option, options_table, parse_options
 from splitsource._registry import BUILTIN_CONNECTORS, resolve_connector
 from splitsource._splits import SplitQueue
 from splitsource._state import EnumeratorStateSerializer, enumerator_state_from_bytes, enumerator_state_to_bytes
+from splitsource._typed_options import REQUIRED, Secret, describe_options, option, options_table, parse_options
 from splitsource._version import __version__
 from splitsource.runtime import read_local
 

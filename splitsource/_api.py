@@ -293,7 +293,7 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
     boundedness: ClassVar[Boundedness] = Boundedness.BOUNDED
 
     def __init__(self, options: Mapping[str, str] | OptionsT) -> None:
-        from splitsource._options import parse_options
+        from splitsource._typed_options import parse_options
 
         if isinstance(options, Mapping):
             self.options: OptionsT = parse_options(self.options_class, options, context=f"connector '{self.name}'")

@@ -43,8 +43,8 @@ from splitsource._api import (
     SplitReader,
     SplitState,
 )
-from splitsource._options import Secret
 from splitsource._splits import SplitQueue
+from splitsource._typed_options import Secret
 
 __all__ = ["KeyRange", "KeyRangePosition", "KeyRangeSource", "ResumeState"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from splitsource._api import FixedEnumeratorContext, Source, Split
 from splitsource._errors import ExecutorEnvironmentError, OptionsError
-from splitsource._options import option, parse_options
 from splitsource._registry import resolve_connector
+from splitsource._typed_options import option, parse_options
 from splitsource._version import __version__
 
 __all__ = [

@@ -107,7 +107,7 @@ def _rate(flag: str) -> Callable[[str], float]:
 
 
 def _sink_table() -> str:
-    from splitsource._options import options_table
+    from splitsource._typed_options import options_table
     from splitsource.sink._options import BucketingSinkOptions
 
     return options_table(BucketingSinkOptions, "text")
@@ -115,9 +115,9 @@ def _sink_table() -> str:
 
 def _options(args: argparse.Namespace) -> int:
     """``splitsource options``: the tables, generated from the options' own declarations."""
-    from splitsource._options import options_table
     from splitsource._planning import FrameworkOptions, load_connector
     from splitsource._registry import installed_connectors
+    from splitsource._typed_options import options_table
     from splitsource.sink._options import BucketingSinkOptions
 
     print("installed connectors (--connector NAME):")

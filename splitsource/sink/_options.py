@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from splitsource._errors import OptionsError
 from splitsource._fs import Location
 from splitsource._names import PART_PREFIX
-from splitsource._options import REQUIRED, option, parse_options
+from splitsource._typed_options import REQUIRED, option, parse_options
 from splitsource.sink._bucketers import (
     DEFAULT_DATETIME_PATTERN,
     BasePathBucketer,

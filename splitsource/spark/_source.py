@@ -16,8 +16,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from splitsource._options import options_table
 from splitsource._planning import FrameworkOptions, build_source
+from splitsource._typed_options import options_table
 from splitsource.spark._reader import (
     PushdownBatchReader,
     SplitSourceBatchReader,

@@ -69,7 +69,7 @@ def test_size_estimates_are_asked_of_all_nodes_at_once_within_the_bound() -> Non
 
     from connectors.cassandra._options import CassandraOptions
     from connectors.cassandra._planner import gather_estimates
-    from splitsource._options import parse_options
+    from splitsource._typed_options import parse_options
 
     running, most = 0, 0
     lock = threading.Lock()
