@@ -35,7 +35,7 @@ from bench._measure import (  # noqa: E402
 from splitsource.spark._jvm import ensure_archive  # noqa: E402
 
 BARE = """
-from splitsource.spark._copy import start_session, stop_session
+from splitsource.spark._session import start_session, stop_session
 spark = start_session("local[2]")
 spark.range(1).count()
 stop_session(spark)

@@ -7,10 +7,11 @@ docs/benchmarks.md). The archive is only valid for the Java, the Spark jars and 
 with: it lives in ``$SPLITSOURCE_CACHE/jvm/`` (default ``~/.cache/splitsource/jvm/``) under a name digested from
 those, and a JVM that cannot map it anyway (a jar changed in place) ignores it and loads its classes as before.
 
-Recording: a child process (a process group of its own, at low priority) runs a Spark-engine copy of a few
-generator rows whose JVM writes the archive at its exit (``-XX:ArchiveClassesAtExit``); the archive is moved into
-place only once that JVM has exited, so a half-written archive is never used. The first Spark-engine copy on a
-machine records it beside its own work (and waits for it, at most :data:`RECORD_TIMEOUT_S`, before it returns);
+Recording: a child process (a process group of its own, at low priority) starts the copy's session and runs one
+job of the shape a Spark-engine copy runs (``python -m splitsource.spark._session --record``); its JVM writes the
+archive at its exit (``-XX:ArchiveClassesAtExit``); the archive is moved into place only once that JVM has exited,
+so a half-written archive is never used. The first Spark-engine copy on a machine records it beside its own work
+(and waits for it, at most :data:`RECORD_TIMEOUT_S`, before it returns);
 ``scripts/setup.sh`` records it ahead (``python -m splitsource.spark._jvm``). A recording that fails leaves
 ``<archive>.failed`` (what its child printed) and copies do not try again; that command does.
 ``SPLITSOURCE_JVM_ARCHIVE=off``
@@ -43,7 +44,6 @@ RECORD_ENV = "SPLITSOURCE_JVM_RECORD"  # set for the recording child: where its 
 CACHE_ENV = "SPLITSOURCE_CACHE"
 RECORD_TIMEOUT_S = 120.0  # a recording takes about 15 s on 2 cores; past this it is killed, and nothing is lost
 _STALE_S = 3600.0  # a recording directory this old belongs to a recorder whose copy was killed
-_RECORD_ROWS = 1000
 # the JVM prints class-sharing warnings (a class it cannot archive, an archive it cannot map) on stdout
 _QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
@@ -125,9 +125,9 @@ class Recorder:
                 return
             env = {**self._env, RECORD_ENV: str(self._directory / "classes.jsa")}
             # the child's JVM inherits its stdout: the pipe ends when that JVM has exited, its archive written
-            self._proc = subprocess.Popen([sys.executable, "-m", "splitsource.spark._jvm", "--record",
-                                           str(self._directory)], env=env, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            self._proc = subprocess.Popen([sys.executable, "-m", "splitsource.spark._session", "--record"], env=env,
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          start_new_session=True)
         threading.Thread(target=self._drain, name="splitsource-jvm-archive", daemon=True).start()
 
     def _drain(self) -> None:
@@ -231,16 +231,6 @@ def _remove_stale(directory: Path) -> None:
             pass
 
 
-def _record(directory: Path) -> int:
-    """The recording child: a Spark-engine copy of a few generator rows, which loads what a copy's driver loads."""
-    os.nice(10)  # beside a copy: its JVM and workers come first
-    signal.alarm(int(RECORD_TIMEOUT_S))  # orphaned (its copy was killed): it still ends by itself
-    from splitsource.cli import main
-
-    return main(["copy", "--connector", "generator", "-o", f"rows={_RECORD_ROWS}", "--output",
-                 str(directory / "copy"), "--quiet"])
-
-
 def ensure_archive() -> Path | None:
     """Record this machine's archive now unless it is there (or switched off); where it is, or None."""
     rec = recorder(retry_failed=True)
@@ -253,8 +243,6 @@ def ensure_archive() -> Path | None:
 
 
 def _main(argv: list[str]) -> int:
-    if argv[:1] == ["--record"] and len(argv) == 2:
-        return _record(Path(argv[1]))
     if argv:
         print("usage: python -m splitsource.spark._jvm   (records the driver JVM's class archive, once)",
               file=sys.stderr)

@@ -152,7 +152,7 @@ def test_a_stop_before_the_batch_job_reaches_spark_still_cancels_it(tmp_path: Pa
 STOP_SCRIPT = """
 import json, time
 from pyspark import SparkContext
-from splitsource.spark._copy import start_session, stop_session
+from splitsource.spark._session import start_session, stop_session
 
 def python_job(spark):  # a Python task: the JVM reports its accumulators to PySpark's server from now on
     assert spark.sparkContext.parallelize([1, 2], 1).map(lambda x: x).sum() == 3
