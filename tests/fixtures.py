@@ -334,3 +334,18 @@ def json_lines(out: Path) -> Rows:
 
     lines = [line for part in sorted(out.glob("part-*")) for line in part.read_bytes().split(b"\n") if line]
     return {row["id"]: row for row in (json.loads(line, parse_constant=strict) for line in lines)}
+
+
+def generator_task(out: Path, columns: str) -> tuple[Any, list[bytes]]:
+    """A copy's read task over 3 generator splits of 1,000 rows into Parquet under ``out``: its ``TaskSpec`` and
+    the splits' versioned bytes, as the coordinator hands them out."""
+    from serializers import write_envelope
+    from splitsource._planning import TaskEnvironment, all_splits, read_settings
+    from splitsource.copyjob._protocol import TaskSpec
+    from splitsource.sink._options import parse_sink_options
+
+    read = read_settings({"connector": "generator", "rows": "3000", "split_rows": "1000", "columns": columns})
+    source = read.source()
+    encoded = [write_envelope(source.split_serializer(), s) for s in all_splits(source, 1)]
+    sink = parse_sink_options({"path": str(out), "format": "parquet"})
+    return TaskSpec(read, sink, TaskEnvironment.current()), encoded

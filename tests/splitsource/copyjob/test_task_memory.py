@@ -9,11 +9,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from serializers import write_envelope
-from splitsource._planning import TaskEnvironment, all_splits, build_source, read_settings
 from splitsource.copyjob import _protocol
-from splitsource.copyjob._protocol import TaskSpec, run_task
-from splitsource.sink._options import parse_sink_options
+from splitsource.copyjob._protocol import run_task
+from tests.fixtures import generator_task
 
 
 def _run_recording_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], Any]:
@@ -25,11 +23,7 @@ def _run_recording_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tupl
         return real(*args, **kwargs)
 
     monkeypatch.setattr(_protocol, "copy_task", copy_task)
-    options = {"connector": "generator", "rows": "3000", "split_rows": "1000", "columns": "id:bigint,s:string"}
-    _, source = build_source(options)
-    remaining = [write_envelope(source.split_serializer(), s) for s in all_splits(source, 1)]
-    task = TaskSpec(read_settings(options), parse_sink_options({"path": str(tmp_path / "out"), "format": "parquet"}),
-                    TaskEnvironment.current())
+    task, remaining = generator_task(tmp_path / "out", "id:bigint,s:string")
     result = run_task(task, lambda rows: remaining.pop() if remaining else None)
     return seen, result
 

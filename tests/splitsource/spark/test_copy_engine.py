@@ -73,9 +73,8 @@ def test_progress_moves_while_a_batch_runs_and_the_users_session_stays(tmp_path:
 def test_a_read_task_reports_each_split_finished_as_it_asks_for_the_next(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The task function itself, in this process: 3 splits of 1,000 rows, one report per request for a split."""
-    from serializers import write_envelope
-    from splitsource._planning import TaskEnvironment, all_splits, build_source, read_settings
     from splitsource.spark import _copy
+    from tests.fixtures import generator_task
 
     calls: list[tuple[int, int, bool]] = []
 
@@ -87,14 +86,7 @@ def test_a_read_task_reports_each_split_finished_as_it_asks_for_the_next(tmp_pat
             calls.append((splits, rows, final))
 
     monkeypatch.setattr(_copy, "TaskProgress", Recorder)
-    options = {"connector": "generator", "rows": "3000", "split_rows": "1000", "columns": "id:bigint"}
-    _, source = build_source(options)
-    encoded = [write_envelope(source.split_serializer(), s) for s in all_splits(source, 1)]
-    from splitsource.copyjob._protocol import TaskSpec
-    from splitsource.sink._options import parse_sink_options
-
-    task = TaskSpec(read_settings(options), parse_sink_options({"path": str(tmp_path / "out"), "format": "parquet"}),
-                    TaskEnvironment.current())
+    task, encoded = generator_task(tmp_path / "out", "id:bigint")
     (result,) = list(_copy.read_task(task, str(tmp_path), 7)(1, [encoded]))
     assert (result.rows, result.splits, len(result.files)) == (3000, 3, 1)
     assert [c[0] for c in calls] == [0, 1, 2, 3, 3], calls  # 4 requests (the last one gets None), then the end

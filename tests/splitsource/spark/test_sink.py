@@ -238,21 +238,31 @@ def test_a_job_killed_mid_write_commits_nothing_and_the_rerun_is_exact(spark: An
     assert transient(out) == []
 
 
+def _stream_json(spark: Any, source: Path, out: Path, checkpoint: Path, **options: str) -> None:
+    """One ``availableNow`` run of a stream of the JSON files in ``source`` into the bucketing sink at ``out``."""
+    writer = (spark.readStream.schema("id long").json(str(source)).writeStream.format("bucketing")
+              .options(**options).option("checkpointLocation", str(checkpoint)))
+    query = writer.trigger(availableNow=True).start(str(out))
+    query.awaitTermination(120)
+    assert query.exception() is None
+
+
+def _three_files_streamed(source: Path, run: Any) -> None:
+    """Files of ids 0-99, 100-199 and 200-299 appear in ``source`` one at a time, each followed by ``run()``."""
+    for n in range(3):
+        (source / f"f{n}.json").write_text("".join(f'{{"id": {n * 100 + i}}}\n' for i in range(100)))
+        run()
+
+
 def test_streaming_replay_of_a_committed_batch_commits_once(spark: Any, tmp_path: Path) -> None:
     """Delete Spark's record of the last batch's commit: the restarted query replays it into the sink."""
     source, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "chk"
     source.mkdir()
 
     def run() -> None:
-        query = (spark.readStream.schema("id long").json(str(source)).writeStream.format("bucketing")
-                 .option("bucketer", "none").option("checkpointLocation", str(checkpoint))
-                 .trigger(availableNow=True).start(str(out)))
-        query.awaitTermination(120)
-        assert query.exception() is None
+        _stream_json(spark, source, out, checkpoint, bucketer="none")
 
-    for n in range(3):
-        (source / f"f{n}.json").write_text("".join(f'{{"id": {n * 100 + i}}}\n' for i in range(100)))
-        run()
+    _three_files_streamed(source, run)
     assert ids(spark, out) == list(range(300))
     commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: p.name)
     last = [p for p in commits if p.name.isdigit()][-1]
@@ -322,15 +332,9 @@ def test_a_stream_into_a_table_replayed_after_a_restart_commits_each_batch_once(
     source.mkdir()
 
     def run() -> None:
-        query = (spark.readStream.schema("id long").json(str(source)).writeStream.format("bucketing")
-                 .option("table_format", fmt).option("checkpointLocation", str(checkpoint))
-                 .trigger(availableNow=True).start(str(out)))
-        query.awaitTermination(120)
-        assert query.exception() is None
+        _stream_json(spark, source, out, checkpoint, table_format=fmt)
 
-    for n in range(3):
-        (source / f"f{n}.json").write_text("".join(f'{{"id": {n * 100 + i}}}\n' for i in range(100)))
-        run()
+    _three_files_streamed(source, run)
     last = [p for p in sorted((checkpoint / "commits").iterdir(), key=lambda p: p.name) if p.name.isdigit()][-1]
     last.unlink()
     (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
