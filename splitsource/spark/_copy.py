@@ -37,7 +37,7 @@ from splitsource.copyjob._coordinator import Batch, run_batches
 from splitsource.copyjob._failures import failure, root_cause
 from splitsource.copyjob._protocol import CopyRun, EngineResult, TaskOutcome, TaskSpec
 from splitsource.copyjob._signals import deferred
-from splitsource.spark._session import start_session, stop_session
+from splitsource.spark._session import running_session, start_session, stop_session
 
 __all__ = ["SPARK_DIR", "SparkEngine", "SparkTasks", "TaskProgress"]
 
@@ -224,6 +224,8 @@ class SparkEngine:
     def check_storage(self, places: list[tuple[str, Location]]) -> None:
         """On a cluster, the executors must see what this process sees (:func:`check_shared_storage`); the
         session this starts is the copy's."""
+        if self._spark is None:
+            self._spark = running_session()
         if not self.on_cluster:
             return
         if self._spark is None:
@@ -245,7 +247,9 @@ MASTER_URL = re.compile(r"local(\[[0-9*]+(,[0-9]+)?\])?|local-cluster\[[0-9, ]+\
 
 
 def _run_copy(run: CopyRun, master: str, spark: Any) -> EngineResult:
-    """Run the copy with Spark's tasks on ``spark`` (or a session of its own on ``master``, stopped after)."""
+    """Run the copy with Spark's tasks on ``spark`` (else on the session running in this process, else on a session
+    of its own on ``master``, stopped after)."""
+    spark = spark if spark is not None else running_session()
     # the first copy of a machine records the driver JVM's class archive beside its own work, once its session is
     # up (splitsource.spark._jvm): every later copy's session starts from it, about 1.5 s sooner
     recording = _jvm.recorder() if spark is None and "PYSPARK_SUBMIT_ARGS" not in os.environ else None

@@ -18,7 +18,18 @@ import splitsource.spark._jvm as _jvm
 from splitsource._errors import OptionsError
 from splitsource.copyjob._failures import root_cause
 
-__all__ = ["record", "start_session", "stop_session"]
+__all__ = ["record", "running_session", "start_session", "stop_session"]
+
+
+def running_session() -> Any:
+    """The Spark session already running in this process (a user's, a notebook's), or None: a copy runs its jobs
+    there and leaves it running, where a session of its own would be that one again (``getOrCreate``) and be
+    stopped under its user at the copy's end."""
+    if "pyspark" not in sys.modules:  # nothing of Spark has run here
+        return None
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
 
 
 def start_session(master: str) -> Any:
