@@ -17,12 +17,10 @@ import argparse
 import json
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -31,37 +29,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench._measure import record  # noqa: E402
 from bench.bench_replica_loss import load  # noqa: E402
+from tests.connectors.cassandra.hung_port import HungPort  # noqa: E402
 
 FIRST, NODES, SPLITS, CONNECT_TIMEOUT_S = 94, 3, 16, 2
 HOSTS = ",".join(f"127.0.0.{i}" for i in range(FIRST, FIRST + NODES))
 HUNG = f"127.0.0.{FIRST + NODES - 1}"
-
-
-class Unanswering:
-    """A CQL port that accepts every connection and never says a word (each is closed only at the end)."""
-
-    def __init__(self, address: str, port: int = 9042) -> None:
-        self.accepted: list[socket.socket] = []
-        self._closed = threading.Event()
-        self._socket = socket.create_server((address, port))
-        self._socket.settimeout(0.1)
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._closed.is_set():
-            try:
-                conn, _ = self._socket.accept()
-            except TimeoutError:
-                continue
-            self.accepted.append(conn)
-
-    def close(self) -> None:
-        self._closed.set()
-        self._thread.join()
-        for conn in self.accepted:
-            conn.close()
-        self._socket.close()
 
 
 def copy(tree: Path, engine: str, out: Path) -> float:
@@ -94,7 +66,7 @@ def main() -> int:
                    capture_output=True)
     builds = {"before": before, "after": ROOT}
     times: dict[str, list[float]] = {}
-    hung: Unanswering | None = None
+    hung: HungPort | None = None
     try:
         start(nodes, nodes=NODES, num_tokens=4, heap_mb=768, first=FIRST, cluster_name="bench-hung")
         load(args.rows, HOSTS)
@@ -106,7 +78,7 @@ def main() -> int:
                 deadline = time.monotonic() + 60
                 while True:  # its port is free once the process is gone
                     try:
-                        hung = Unanswering(HUNG)
+                        hung = HungPort(HUNG, hold_s=None)
                         break
                     except OSError:
                         if time.monotonic() > deadline:

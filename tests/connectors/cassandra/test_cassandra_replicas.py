@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
+from tests.connectors.cassandra.hung_port import HungPort
 from tests.fixtures import ROOT
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
@@ -283,40 +284,6 @@ def test_no_live_node_in_local_dc_fails_in_one_line_before_claiming(ring: Ring, 
     result = subprocess.run(elsewhere, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
     assert "option 'local_dc': 'dc9' is not a data centre of this cluster; its data centres: dc1, dc2" in result.stderr
-
-
-class HungPort:
-    """A lost node's CQL port that takes connections and closes each after ``hold_s`` without a word: a machine
-    that hangs, so a new session learns it is down only after the live nodes have answered (a refused connection
-    can come either side of them)."""
-
-    def __init__(self, address: str, port: int = 9042, hold_s: float = 1.0) -> None:
-        import socket
-        import threading
-
-        self.accepted = 0
-        self._hold_s = hold_s
-        self._closed = threading.Event()
-        self._socket = socket.create_server((address, port))
-        self._socket.settimeout(0.1)
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        import threading
-
-        while not self._closed.is_set():
-            try:
-                conn, _ = self._socket.accept()
-            except TimeoutError:
-                continue
-            self.accepted += 1
-            threading.Timer(self._hold_s, conn.close).start()
-
-    def close(self) -> None:
-        self._closed.set()
-        self._thread.join()
-        self._socket.close()
 
 
 @pytest.mark.parametrize("lost", [False, True], ids=["every-node-up", "a-replica-down"])
