@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import NoReturn
@@ -292,24 +293,32 @@ def _as_flags(message: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> tuple[int, str]:
-    """The command's exit code and, when it failed, its one-line message."""
+    """The command's exit code and, when it failed, its one-line message (SPLITSOURCE_DEBUG=1: and the stack
+    where it was raised, on standard error)."""
     try:
         return {"copy": _copy, "verify": _verify, "options": _options}[args.command](args), ""
-    except OptionsError as exc:
-        return EXIT_USAGE, _as_flags(str(exc))
-    except SplitSourceError as exc:  # CheckpointError, CopyError, SinkError, SplitReadError, ...
-        return EXIT_FAILED, _as_flags(str(exc))
-    except OSError as exc:  # a file system refused: permission, no space, a path that is a file
-        return EXIT_FAILED, f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}"
-    except Terminated:
-        return EXIT_TERMINATED, "terminated (SIGTERM); run the same command again to resume"
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED, "interrupted; run the same command again to resume"
-    except Exception as exc:  # a bug or an error nothing above names: still one line (SPLITSOURCE_DEBUG=1: the stack)
+    except BaseException as exc:
         if os.environ.get("SPLITSOURCE_DEBUG"):
-            raise
-        return EXIT_FAILED, f"unexpected {type(exc).__name__}: {exc} (SPLITSOURCE_DEBUG=1 shows where)"
+            traceback.print_exc()
+        return _failure(exc)
 
+
+def _failure(exc: BaseException) -> tuple[int, str]:
+    """The exit code and one-line message of a command that raised ``exc``."""
+    if isinstance(exc, OptionsError):
+        return EXIT_USAGE, _as_flags(str(exc))
+    if isinstance(exc, SplitSourceError):  # CheckpointError, CopyError, SinkError, SplitReadError, ...
+        return EXIT_FAILED, _as_flags(str(exc))
+    if isinstance(exc, OSError):  # a file system refused: permission, no space, a path that is a file
+        return EXIT_FAILED, f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}"
+    if isinstance(exc, Terminated):
+        return EXIT_TERMINATED, "terminated (SIGTERM); run the same command again to resume"
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED, "interrupted; run the same command again to resume"
+    if not isinstance(exc, Exception):
+        raise exc  # SystemExit and the like: as they are
+    # a bug or an error nothing above names: still one line
+    return EXIT_FAILED, f"unexpected {type(exc).__name__}: {exc} (SPLITSOURCE_DEBUG=1 shows where)"
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -49,7 +49,13 @@ _KEY_TYPES = {"int2", "int4", "int8", "numeric", "text", "varchar", "bpchar", "u
 
 
 class PostgresConnectionError(SplitSourceError, ConnectionError):
-    """PostgreSQL could not be reached, refused the login or a privilege, or has no such table."""
+    """PostgreSQL could not be reached, refused the login or a privilege, or has no such table. ``transient``: the
+    server may answer a retry (it was unreachable, restarting or shutting down), as ``_session.transient`` decided
+    from the driver's error."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class PostgresLoginError(PostgresConnectionError, OptionsError):

@@ -9,10 +9,13 @@ from typing import Any
 from connectors.postgres._catalog import PostgresConnectionError, PostgresLoginError, session_options
 from connectors.postgres._options import PostgresOptions, conninfo
 
-__all__ = ["connect", "login_error", "one_line"]
+__all__ = ["connect", "login_error", "one_line", "transient"]
 
 # SQLSTATE classes a login or privilege problem raises: a usage error, not worth a retry
 _LOGIN_STATES = {"28P01", "28000", "42501", "3D000"}
+# SQLSTATEs a retry may cure: the server shutting down or starting (57P0x), too many connections, a serialization
+# failure; and class 08, the connection's own failures
+_TRANSIENT_STATES = {"57P01", "57P02", "57P03", "57P05", "53300", "40001"}
 
 
 def connect(options: PostgresOptions) -> Any:
@@ -25,17 +28,34 @@ def connect(options: PostgresOptions) -> Any:
         raise login_error(exc, options) from None
 
 
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE the server sent with ``exc`` (psycopg's or ADBC's), None when the server sent none."""
+    return getattr(exc, "sqlstate", None) or getattr(getattr(exc, "diag", None), "sqlstate", None) or None
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a retry may cure the driver's error ``exc``: a SQLSTATE the server sends while it restarts or sheds
+    load, a failed connection (class 08), or a driver's OperationalError that carries no SQLSTATE at all: the
+    server said nothing, the connection was refused, reset or cut (how libpq's words for it read depends on the
+    instant: "server closed the connection", "could not receive data from server: Connection reset by peer")."""
+    state = sqlstate(exc)
+    if state is not None:
+        return state in _TRANSIENT_STATES or state.startswith("08")
+    return type(exc).__name__ == "OperationalError" and not isinstance(exc, PostgresConnectionError)
+
+
 def login_error(exc: BaseException, options: PostgresOptions) -> PostgresConnectionError:
     """``exc`` from connecting or the first query as a one-line connector error (no password in it)."""
-    state = getattr(exc, "sqlstate", None) or getattr(getattr(exc, "diag", None), "sqlstate", None)
+    state = sqlstate(exc)
     text = one_line(exc)
     if options.password:
         text = text.replace(options.password.reveal(), "***")
     if "SSL" in text or "certificate" in text or "no encryption" in text:  # untrusted, or TLS required: no retry
         return PostgresLoginError(f"PostgreSQL: {text} (see the options sslmode, sslrootcert, sslcert, sslkey)")
-    cls = PostgresLoginError if state in _LOGIN_STATES or "password authentication failed" in text \
-        or "permission denied" in text or "pg_hba.conf" in text else PostgresConnectionError
-    return cls(f"PostgreSQL: {text}")
+    if state in _LOGIN_STATES or "password authentication failed" in text or "permission denied" in text \
+            or "pg_hba.conf" in text:
+        return PostgresLoginError(f"PostgreSQL: {text}")
+    return PostgresConnectionError(f"PostgreSQL: {text}", transient=transient(exc))
 
 
 def one_line(exc: BaseException) -> str:

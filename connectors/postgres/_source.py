@@ -8,21 +8,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.postgres._catalog import Column, Table, describe, ident, literal
+from connectors.postgres._catalog import Column, PostgresConnectionError, Table, describe, ident, literal
 from connectors.postgres._enumerator import PostgresEnumerator
 from connectors.postgres._options import PostgresOptions
 from connectors.postgres._reader import PostgresEmitter, PostgresSplitReader
-from connectors.postgres._session import connect, errors_in_one_line
+from connectors.postgres._session import connect, errors_in_one_line, transient
 from connectors.postgres._splits import POSITIONS, SPLITS, PostgresPosition, PostgresSplit, PostgresSplitState
 from serializers import SimpleVersionedSerializer
 from splitsource import EnumeratorState, Predicate, Source, SplitEnumeratorContext
 
 __all__ = ["PostgresSource"]
-
-_TRANSIENT_STATES = {"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004", "40001", "53300"}
-_TRANSIENT_WORDS = ("server closed the connection", "terminating connection", "connection refused",
-                    "could not connect", "the database system is", "no connection to the server",
-                    "connection to server", "administrator command", "SSL SYSCALL error", "EOF detected")
 
 
 class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOptions]):
@@ -72,8 +67,9 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
     def is_transient(self, error: BaseException) -> bool:
         if super().is_transient(error):
             return True
-        state = getattr(error, "sqlstate", None) or getattr(getattr(error, "diag", None), "sqlstate", None)
-        return state in _TRANSIENT_STATES or any(w in str(error) for w in _TRANSIENT_WORDS)
+        if isinstance(error, PostgresConnectionError):  # connecting or the catalog, decided from the driver's error
+            return error.transient
+        return transient(error)  # a reader's ADBC error
 
     def identity(self) -> Mapping[str, Any]:
         o = self.options

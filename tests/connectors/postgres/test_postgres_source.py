@@ -97,3 +97,46 @@ def test_split_by_key_on_a_table_without_one_is_refused(postgres15: PostgresServ
     with pytest.raises(OptionsError, match="has no primary key or unique index"):
         enumerator.start()
     enumerator.close()
+
+
+def test_errors_a_retry_may_cure_are_told_from_those_it_cannot(postgres15: PostgresServer, table_name: str) -> None:
+    """Each error the real server (or the lack of one) gives is classified: a refused or cut connection and a
+    terminated backend are transient, a bad query and a wrong password are not; and a connection reset with no
+    SQLSTATE, which libpq reports at some instants of a server crash (a fake: no server gives it on demand), is
+    transient whatever its words."""
+    import adbc_driver_manager
+    import adbc_driver_postgresql.dbapi as adbc
+
+    from connectors.postgres._options import conninfo
+    from scripts.spark_standalone import free_port
+
+    make_events(postgres15, table_name, 10)
+    source = PostgresSource(options(postgres15, table_name))
+    dsn = conninfo(source.options)
+
+    def raised(call: object) -> BaseException:
+        with pytest.raises(Exception) as caught:
+            call()  # type: ignore[operator]
+        return caught.value
+
+    def query(sql: str) -> object:
+        with adbc.connect(dsn) as conn, conn.cursor() as cursor:
+            cursor.execute(sql)
+            return cursor.fetchall()
+
+    assert not source.is_transient(raised(lambda: query("SELECT 1 / 0")))
+    assert not source.is_transient(raised(lambda: query(f"SELECT nope FROM {table_name}")))
+    closed = PostgresSource(options(postgres15, table_name, dsn=f"host=127.0.0.1 port={free_port()} dbname=x"))
+    assert source.is_transient(raised(closed.schema))
+    wrong = PostgresSource(options(postgres15, table_name, password="not-the-password"))
+    assert not source.is_transient(raised(wrong.schema))
+    with adbc.connect(dsn) as victim, victim.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+        with postgres15.connect() as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert source.is_transient(raised(lambda: cursor.execute("SELECT 1")))
+    reset = adbc_driver_manager.OperationalError(
+        "IO: [libpq] Failed to execute COPY: could not receive data from server: Connection reset by peer",
+        status_code=adbc_driver_manager.AdbcStatusCode.IO)
+    assert source.is_transient(reset)
