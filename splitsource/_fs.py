@@ -402,7 +402,10 @@ class Store:
 
     def sync_dir(self, path: str, point: str) -> None:
         """Make the names in directory ``path`` durable (renames, creations and deletions in it)."""
-        if not self.local or point in _skipped_syncs:
+        if not self.local:
+            return
+        if point in _skipped_syncs:
+            _trace("skipped", path)
             return
         fd = os.open(path or "/", os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -414,6 +417,7 @@ class Store:
     @staticmethod
     def _fsync_fd(fd: int, point: str, path: str) -> None:
         if point in _skipped_syncs:
+            _trace("skipped", path)
             return
         os.fsync(fd)
         _trace("sync", path)
