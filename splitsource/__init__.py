@@ -60,7 +60,8 @@ from splitsource._version import __version__
 from splitsource.runtime import read_local
 
 if TYPE_CHECKING:
-    from splitsource.copyjob import copy, verify
+    from splitsource._copy_call import copy
+    from splitsource.copyjob import verify
 
 __all__ = [
     "BUILTIN_CONNECTORS",
@@ -124,8 +125,12 @@ def register(spark: object) -> None:
 
 def __getattr__(name: str) -> object:
     # the copy package is imported on first use: a connector's import of splitsource stays small
-    if name in ("copy", "verify"):
-        import splitsource.copyjob as copy_package
+    if name == "copy":
+        from splitsource._copy_call import copy
 
-        return getattr(copy_package, name)
+        return copy
+    if name == "verify":
+        from splitsource.copyjob import verify
+
+        return verify
     raise AttributeError(f"module 'splitsource' has no attribute {name!r}")

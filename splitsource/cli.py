@@ -222,7 +222,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _copy(args: argparse.Namespace) -> int:
-    from splitsource.copyjob._job import Progress, copy
+    from splitsource._copy_call import copy
+    from splitsource.copyjob._job import Progress
 
     if args.engine == "local" and args.master is not None:
         raise OptionsError("--master is for --engine spark; --engine local runs on this machine (see --workers)")

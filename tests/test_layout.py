@@ -61,14 +61,15 @@ def _graph() -> dict[str, set[str]]:
 
 def _package_of(module: str) -> str:
     """A module's room: ``core`` (``splitsource._api``, ``_errors`` ...), a subpackage (``splitsource.runtime``
-    ...), ``splitsource.cli``, the facade ``splitsource`` (its ``__init__``, which re-exports every tier and so
+    ...), ``splitsource.cli`` (the user's calls, above both engines: the command, and ``_copy_call``'s copy()), the
+    facade ``splitsource`` (its ``__init__``, which re-exports every tier and so
     sits above them all), or a top-level package (``connectors``, ``serializers``)."""
     parts = module.split(".")
     if parts[0] != "splitsource":
         return parts[0]
     if len(parts) == 1:
         return "splitsource"
-    if parts[1] == "__main__":  # python -m splitsource: the command's other door
+    if parts[1] in ("__main__", "_copy_call"):  # python -m splitsource; copy(), the command's call in Python
         return "splitsource.cli"
     if parts[1].startswith("_"):
         return "core"
@@ -125,7 +126,7 @@ def test_the_module_graph_has_no_cycle() -> None:
 
 
 def test_the_package_graph_has_no_cycle() -> None:
-    """Rooms depend one way: core <- runtime <- sink <- copyjob <- spark, cli <- the facade ``splitsource``."""
+    """Rooms depend one way: core <- runtime <- sink <- copyjob <- spark <- cli <- the facade ``splitsource``."""
     graph = _graph()
     packages: dict[str, set[str]] = {}
     for module, targets in graph.items():
@@ -133,6 +134,8 @@ def test_the_package_graph_has_no_cycle() -> None:
         packages.setdefault(here, set()).update(_package_of(t) for t in targets if _package_of(t) != here)
     assert _cycles(packages) == [], packages
     assert "splitsource.spark" not in packages["splitsource.copyjob"], "the copy job must not need Spark"
+    assert "splitsource.copyjob._local" in graph["splitsource._copy_call"] \
+        and "splitsource.spark._copy" in graph["splitsource._copy_call"], "copy() names the engines it makes"
     assert packages["core"] <= {"serializers"}, packages["core"]
 
 

@@ -1,10 +1,10 @@
 """Bounded copy jobs: a whole source into bucketed files, exactly once, resumable after a kill at any moment.
 
-:func:`copy` checks the options, takes ownership of the output and checkpoint (:mod:`splitsource.copyjob._ownership`),
-and hands the run to an engine, which runs the batch protocol
-(:mod:`splitsource.copyjob._protocol`: plan a batch of splits, write pending files, commit once per batch id) until
-the source is done: the Spark engine (:mod:`splitsource.spark._copy`, one Spark job per batch) or the local engine
-(:mod:`splitsource.copyjob._local`, worker processes, no JVM).
+A :class:`Copy`, built once from a copy's checked options (:func:`splitsource.copy`), takes ownership of the output
+and checkpoint (:mod:`splitsource.copyjob._ownership`), and hands the run to an engine, which runs the batch
+protocol (:mod:`splitsource.copyjob._protocol`: plan a batch of splits, write pending files, commit once per batch
+id) until the source is done: the Spark engine (:mod:`splitsource.spark._copy`, one Spark job per batch) or the
+local engine (:mod:`splitsource.copyjob._local`, worker processes, no JVM).
 Re-running the same copy resumes from the checkpoint: committed splits are never read again; a batch in flight
 when the job died is read again and its earlier files, never committed, are swept. The call returns only after the
 last batch is committed and ``_SUCCESS`` is written (FLIP-147: a bounded job reports success only once its last
@@ -13,7 +13,6 @@ data is committed).
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -42,7 +41,7 @@ from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
-__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "committed_rows", "copy"]
+__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "committed_rows", "default_checkpoint", "location"]
 
 
 
@@ -159,86 +158,6 @@ def location(flag: str, path: str) -> str:
     if not path.strip() or "\x00" in path:
         raise OptionsError(f"{flag} {path!r} is not a path")
     return path if is_uri(path) else os.path.abspath(path)
-
-
-# the engines by name (splitsource.copyjob._protocol.Engine), as module:class: imported when named, as connectors
-# are, so the copy job does not depend on Spark (the Spark engine depends on the copy job)
-ENGINES = {"spark": "splitsource.spark._copy:SparkEngine", "local": "splitsource.copyjob._local:LocalEngine"}
-
-
-def engine_named(name: str, *, master: str = "local[2]", spark: Any = None, workers: int = 0) -> Engine:
-    """The engine ``name`` with its settings: ``master`` and ``spark`` for Spark, ``workers`` for the local one."""
-    if name not in ENGINES:
-        raise OptionsError(f"option 'engine': {name!r} is not one of {', '.join(ENGINES)}")
-    if name != "spark" and spark is not None:
-        raise OptionsError(f"option 'engine': {name!r} runs without Spark; do not pass a Spark session")
-    module, _, cls = ENGINES[name].partition(":")
-    made: Engine = getattr(importlib.import_module(module), cls)(
-        **({"master": master, "spark": spark} if name == "spark" else {"workers": workers}))
-    return made
-
-
-def copy(
-    connector: str,
-    source_options: Mapping[str, str],
-    output: str,
-    *,
-    format: str = "parquet",
-    bucketer: str = "none",
-    sink_options: Mapping[str, str] | None = None,
-    checkpoint: str | None = None,
-    master: str = "local[2]",
-    max_splits_per_batch: int = 0,
-    max_rows_per_second: float = 0,
-    max_mb_per_second: float = 0,
-    progress: Progress | None = None,
-    spark: Any = None,
-    engine: str | Engine = "spark",
-    workers: int = 0,
-    overwrite: bool = False,
-    single_writer: bool = False,
-    lease_s: float = DEFAULT_LEASE_S,
-) -> CopySummary:
-    """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
-
-    ``engine``: ``spark`` (Spark tasks on ``master``, or on ``spark``, one Spark job per batch) or ``local``
-    (``workers`` processes on this machine, default one per core, no JVM), or an :class:`Engine` made by the
-    caller (``SparkEngine(master)``, ``LocalEngine(workers)``), which is closed when the copy ends; both commit
-    the same way, a checkpoint belongs to one engine.
-    ``max_rows_per_second`` and ``max_mb_per_second`` limit the whole copy's read rate (0: none), shared by the
-    readers that run at once; a re-run may change them.
-
-    An output has one owner (see ``splitsource.copyjob._ownership``): a copy holds a lock on its output and checkpoint
-    while it runs, and refuses an output another copy owns. ``overwrite`` deletes what the output holds and the
-    checkpoint's progress first, and starts afresh. On a store that cannot create a file only where none exists
-    (an S3 compatible that ignores ``If-None-Match``, HDFS) the lock cannot exclude a second copy, and the copy
-    refuses to start unless ``single_writer`` vouches that only it writes there. The lock is a lease that the copy
-    renews every ``lease_s / 4`` seconds: a copy killed (or cut off) for ``lease_s`` is taken over by a re-run
-    from any host, and once taken over it commits nothing more.
-
-    Raises :class:`OptionsError` for bad options, :class:`CheckpointError` for a foreign or corrupt checkpoint,
-    an output owned by another copy or a running copy, and :class:`CopyError` when the job fails; none of them
-    touches committed output.
-    """
-    started = time.monotonic()
-    if any(k.lower() == "plan_location" for k in source_options):
-        raise OptionsError("option 'plan_location' is for streaming reads: a copy keeps its plan in its checkpoint "
-                           "(<checkpoint>/plans); leave it out")
-    output = location("option 'output'", output)
-    framework = {"connector": connector, **{k: str(v) for k, v in (
-        ("max_splits_per_batch", max_splits_per_batch), ("max_rows_per_second", max_rows_per_second),
-        ("max_mb_per_second", max_mb_per_second)) if v}}
-    settings = CopySettings(
-        read_options={**{k.lower(): str(v) for k, v in source_options.items()}, **framework},
-        sink_raw={"format": format, "bucketer": bucketer,
-                  **{k.lower(): str(v) for k, v in (sink_options or {}).items()}, "path": output},
-        output=output, checkpoint=location("option 'checkpoint'", checkpoint or default_checkpoint(output)),
-        overwrite=overwrite, single_writer=single_writer, lease_s=lease_s)
-    runner = engine_named(engine, master=master, spark=spark, workers=workers) if isinstance(engine, str) else engine
-    try:
-        return Copy(settings, runner, progress).run(started)
-    finally:
-        runner.close()
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import replace
 from typing import IO
@@ -147,7 +147,7 @@ class LocalEngine:
     machine (0: one per core), no JVM; its tasks write where this process reads, so storage needs no check."""
 
     name = LOCAL_DIR
-    sink_defaults = {"buffer_mb": WORKER_BUFFER_MB}  # a user's buffer_mb wins
+    sink_defaults: Mapping[str, str] = {"buffer_mb": WORKER_BUFFER_MB}  # a user's buffer_mb wins
 
     def __init__(self, workers: int = 0) -> None:
         if not 0 <= workers <= MAX_WORKERS:

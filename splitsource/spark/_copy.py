@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
@@ -206,7 +206,7 @@ class SparkEngine:
     :meth:`close`). Making one starts nothing."""
 
     name = SPARK_DIR
-    sink_defaults: dict[str, str] = {}  # an executor task's budget is the sink's own default
+    sink_defaults: Mapping[str, str] = {}  # an executor task's budget is the sink's own default
 
     def __init__(self, master: str = "local[2]", spark: Any = None) -> None:
         if spark is None and not MASTER_URL.fullmatch(master):

@@ -87,11 +87,11 @@ class InlineEngine:
 
 
 def copy_once(root: Path, engine: str, overwrite: bool = False) -> Any:
-    from splitsource.copyjob import _job
+    from splitsource import copy
 
-    return _job.copy("generator", GEN_OPTIONS, str(root / "out"), format="parquet", bucketer="columns",
-                     sink_options={"bucket_columns": "flag"}, engine=InlineEngine(engine),
-                     max_splits_per_batch=BATCH_SPLITS, overwrite=overwrite)
+    return copy("generator", GEN_OPTIONS, str(root / "out"), format="parquet", bucketer="columns",
+                sink_options={"bucket_columns": "flag"}, engine=InlineEngine(engine),
+                max_splits_per_batch=BATCH_SPLITS, overwrite=overwrite)
 
 
 # -- the sink's writers ----------------------------------------------------------------------------------------------

@@ -160,7 +160,7 @@ def test_a_fresh_start_prunes_the_plans_no_offset_refers_to(tmp_path: Path) -> N
 def test_a_copy_started_afresh_leaves_only_its_own_plan(tmp_path: Path, engine: str,
                                                         request: pytest.FixtureRequest) -> None:
     """An earlier start that stopped before its first offset left a plan of another digest in the checkpoint."""
-    from splitsource.copyjob import copy
+    from splitsource import copy
 
     out = tmp_path / "out"
     stray = Path(f"{out}.checkpoint") / "plans" / f"{'0' * 32}.plan"

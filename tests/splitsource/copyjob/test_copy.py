@@ -216,11 +216,12 @@ def test_a_finished_copy_rerun_reads_nothing_and_bad_checkpoints_never_touch_it(
 
 def test_a_finished_copy_rerun_starts_no_engine_until_the_output_changes(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from splitsource.copyjob import _job
+    from splitsource import copy
+    from splitsource._names import FINISHED_FILE
 
     out = str(tmp_path / "out")
     options = {"rows": "3000", "split_rows": "1000"}
-    first = _job.copy("generator", options, out, engine="local", workers=1)
+    first = copy("generator", options, out, engine="local", workers=1)
     assert first.rows == 3000 and first.splits == 3
     from splitsource.copyjob._local import LocalEngine
 
@@ -232,13 +233,13 @@ def test_a_finished_copy_rerun_starts_no_engine_until_the_output_changes(tmp_pat
         return real_run(self, run)  # type: ignore[arg-type]
 
     monkeypatch.setattr(LocalEngine, "run", run)
-    again = _job.copy("generator", options, out, engine="local", workers=1)
+    again = copy("generator", options, out, engine="local", workers=1)
     assert started == [], "a finished copy's re-run must not start an engine (for Spark: a JVM)"
     assert (again.rows, again.total_rows, again.splits, again.batches) == (0, 3000, 3, 0)
     # a marker that no longer matches the output's newest commit (here: another token) is not trusted
-    marker = Path(f"{out}.checkpoint") / _job.FINISHED_FILE
+    marker = Path(f"{out}.checkpoint") / FINISHED_FILE
     marker.write_text(marker.read_text().replace('"token": "', '"token": "x'))
-    third = _job.copy("generator", options, out, engine="local", workers=1)
+    third = copy("generator", options, out, engine="local", workers=1)
     assert started == ["local"] and (third.rows, third.total_rows) == (0, 3000)
 
 
@@ -304,8 +305,8 @@ def test_root_cause_is_the_line_a_user_needs() -> None:
 def test_copy_is_handed_an_engine_object_and_closes_it(tmp_path: Path) -> None:
     """An engine is an object with one small interface (name, check_storage, run, close): copy() runs the one it
     is handed, as it runs the one it names, and closes it at the end, failed or not."""
-    from splitsource import SplitSourceError
-    from splitsource.copyjob import Engine, LocalEngine, copy
+    from splitsource import SplitSourceError, copy
+    from splitsource.copyjob import Engine, LocalEngine
 
     calls: list[str] = []
 

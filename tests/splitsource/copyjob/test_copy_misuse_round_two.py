@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from splitsource.copyjob._job import copy
+from splitsource import copy
 from tests.fixtures import ROOT
 from tests.splitsource.copyjob.test_copy import run
 from tests.splitsource.copyjob.test_copy_misuse import GEN, LOCAL, one_line, verify_ok

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from splitsource import copy
 from splitsource._fs import locate
-from splitsource.copyjob import copy
 from splitsource.copyjob._ledger import read_ledger
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import PartNames

@@ -15,7 +15,8 @@ import pytest
 
 import splitsource
 import splitsource._fs as fs_module
-from splitsource.copyjob import LocalEngine, copy
+from splitsource import copy
+from splitsource.copyjob import LocalEngine
 
 OPTIONS = {"rows": "2000", "split_rows": "500", "columns": "id:bigint"}
 
