@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import dataclasses
 import logging
 import random
 import re
@@ -26,6 +27,7 @@ __all__ = [
     "check_tls_options",
     "connect",
     "shared_session",
+    "table_metadata",
     "tls_context",
 ]
 
@@ -54,27 +56,46 @@ class CassandraTimeoutError(SplitSourceError):
     """A page timed out at the smallest page size (``min_fetch_size``): transient, retried by the framework."""
 
 
-_SHARED: dict[CassandraOptions, tuple[Any, Any]] = {}
+# options that shape a read, not its connection: reads that differ only in them share a session
+_READ_FIELDS = frozenset({"keyspace", "table", "columns", "consistency", "fetch_size", "min_fetch_size",
+                          "split_size_mb", "splits", "token_range", "where", "writetime_columns", "ttl_columns",
+                          "timestamp_unit"})
+_SHARED: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+_OPENED: list[Any] = []  # every cluster shared_session opened, replaced ones included: shut down at exit
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_session(options: CassandraOptions) -> tuple[Any, Any]:
-    """This process's (cluster, session) for ``options``, without schema metadata: opened by the first reader that
-    asks and shared by every later one (readers come and go per task; a node that hangs then costs one connect
-    timeout per process, not one per reader), shut down when the process exits. Users must not shut it down."""
+def shared_session(options: CassandraOptions, *, schema_metadata: bool = False, renew: bool = False
+                   ) -> tuple[Any, Any]:
+    """This process's (cluster, session) for ``options``' connection: opened by the first caller that asks and
+    shared by every later one, whatever table it reads, shut down when the process exits. Users must not shut it
+    down. Readers come and go per task, and planning and the schema come once per source: sharing, a node that
+    hangs costs one connect timeout per process, not one per reader and planning step. ``schema_metadata``: a
+    session of its own that keeps the driver's schema and ring (the schema and planning; see
+    :func:`table_metadata`), apart from the readers' lighter one.
+
+    A session whose every node the driver holds down (the cluster restarted while a long-lived process, a
+    notebook, kept it), or one the caller found broken (``renew``), is replaced by a new one, which connects now
+    instead of at the driver's next scheduled reconnection; the old one stays open for readers that hold it, until
+    the process exits."""
+    key = (schema_metadata, *(getattr(options, f.name) for f in dataclasses.fields(options)
+                              if f.name not in _READ_FIELDS))
     with _SHARED_LOCK:
-        found = _SHARED.get(options)
-        if found is None or found[0].is_shutdown:
-            if not _SHARED:
+        found = _SHARED.get(key)
+        if renew or found is None or found[0].is_shutdown \
+                or all(h.is_up is False for h in found[0].metadata.all_hosts()):
+            if not _OPENED:
                 atexit.register(_shut_down_shared)
-            found = _SHARED[options] = connect(options, schema_metadata=False)
+            found = _SHARED[key] = connect(options, schema_metadata=schema_metadata)
+            _OPENED.append(found[0])
         return found
 
 
 def _shut_down_shared() -> None:
     with _SHARED_LOCK:
-        for cluster, _ in _SHARED.values():
+        for cluster in _OPENED:
             cluster.shutdown()
+        _OPENED.clear()
         _SHARED.clear()
 
 
@@ -280,7 +301,24 @@ def _cluster(Cluster: Any, options: CassandraOptions, kwargs: dict[str, Any]) ->
     )
 
 
-def _table_metadata(cluster: Any, options: CassandraOptions) -> Any:
+def table_metadata(options: CassandraOptions) -> tuple[Any, Any, Any]:
+    """(cluster, session, table): the process's schema session (:func:`shared_session`) and the driver's metadata
+    of the table ``options`` name, read again from the server first: a shared cluster's copy follows schema
+    changes only by events, a second or two late, and a table just made or altered must be read as it is now. A
+    session that cannot read it (its node gone, another started at its address) is renewed once."""
+    from cassandra import DriverException
+
+    for renew in (False, True):
+        cluster, session = shared_session(options, schema_metadata=True, renew=renew)
+        try:
+            cluster.refresh_keyspace_metadata(options.keyspace)
+            if options.keyspace in cluster.metadata.keyspaces:
+                cluster.refresh_table_metadata(options.keyspace, options.table)
+            break
+        except DriverException as exc:
+            if renew:
+                raise CassandraConnectionError(f"cannot read the schema of {options.keyspace}.{options.table} "
+                                               f"from Cassandra at {options.hosts}: {exc}") from None
     keyspace = cluster.metadata.keyspaces.get(options.keyspace)
     if keyspace is None:
         raise CassandraConnectionError(
@@ -292,7 +330,7 @@ def _table_metadata(cluster: Any, options: CassandraOptions) -> Any:
             f"option 'table': table '{options.keyspace}.{options.table}' does not exist; tables: "
             f"{', '.join(sorted(keyspace.tables)) or '(none)'}"
         )
-    return table
+    return cluster, session, table
 
 
 def range_replicas_first(child: Any) -> Any:

@@ -39,10 +39,10 @@ from connectors.cassandra._session import (
     CassandraConnectionError,
     CassandraTimeoutError,
     CassandraUnavailableError,
-    _table_metadata,
     check_tls_options,
     connect,
     shared_session,
+    table_metadata,
 )
 from connectors.cassandra._splits import (
     CASSANDRA_POSITION_SERIALIZER,
@@ -82,31 +82,27 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
     def _metadata(self) -> tuple[list[str], list[str], pa.Schema, list[Any]]:
         """(partition key columns in schema order, selectors of the wanted columns, Arrow schema, converters)."""
         if self._meta is None:
-            cluster, session = connect(self.options)
-            try:
-                self._cluster_name = str(cluster.metadata.cluster_name or "")
-                table = _table_metadata(cluster, self.options)
-                pk = [c.name for c in table.partition_key]
-                _check_can_read(session, self.options, pk)
-                self._clustering = [c.name for c in table.clustering_key]
-                wanted = [c.strip() for c in self.options.columns.split(",") if c.strip()] or list(table.columns)
-                unknown = [c for c in wanted if c not in table.columns]
-                if unknown:
-                    raise OptionsError(
-                        f"option 'columns': {', '.join(unknown)} not in {self.options.keyspace}.{self.options.table}; "
-                        f"columns: {', '.join(table.columns)}"
-                    )
-                meta = _cell_metadata(cluster, table, self.options)
-                extra = [f"{fn}({_quote(c)})" for fn, c, _ in meta]
-                prepared = _prepare_metadata(session, f"SELECT {', '.join([*(_quote(c) for c in wanted), *extra])} "
-                                             f"FROM {_quote(self.options.keyspace)}.{_quote(self.options.table)} "
-                                             "LIMIT 1", bool(meta))
-                types = [col[3] for col in prepared.result_metadata][:len(wanted)]  # (keyspace, table, name, type)
-                selectors = [select_expression(t, _quote(n)) for n, t in zip(wanted, types, strict=True)] + extra
-                if self.options.where:
-                    _check_where(session, self._select(pk, selectors), self.options.where)
-            finally:
-                cluster.shutdown()
+            cluster, session, table = table_metadata(self.options)
+            self._cluster_name = str(cluster.metadata.cluster_name or "")
+            pk = [c.name for c in table.partition_key]
+            _check_can_read(session, self.options, pk)
+            self._clustering = [c.name for c in table.clustering_key]
+            wanted = [c.strip() for c in self.options.columns.split(",") if c.strip()] or list(table.columns)
+            unknown = [c for c in wanted if c not in table.columns]
+            if unknown:
+                raise OptionsError(
+                    f"option 'columns': {', '.join(unknown)} not in {self.options.keyspace}.{self.options.table}; "
+                    f"columns: {', '.join(table.columns)}"
+                )
+            meta = _cell_metadata(cluster, table, self.options)
+            extra = [f"{fn}({_quote(c)})" for fn, c, _ in meta]
+            prepared = _prepare_metadata(session, f"SELECT {', '.join([*(_quote(c) for c in wanted), *extra])} "
+                                         f"FROM {_quote(self.options.keyspace)}.{_quote(self.options.table)} "
+                                         "LIMIT 1", bool(meta))
+            types = [col[3] for col in prepared.result_metadata][:len(wanted)]  # (keyspace, table, name, type)
+            selectors = [select_expression(t, _quote(n)) for n, t in zip(wanted, types, strict=True)] + extra
+            if self.options.where:
+                _check_where(session, self._select(pk, selectors), self.options.where)
             unit = self.options.timestamp_unit
             fields = [pa.field(n, arrow_type(t, unit), nullable=True) for n, t in zip(wanted, types, strict=True)]
             converters = [column_converter(t, n, unit) for n, t in zip(wanted, types, strict=True)]
@@ -176,19 +172,15 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
         """Read the ring and every node's size estimates (all nodes at once, a bounded number in flight), and size
         each range (see :func:`plan_ring`)."""
         o = self.options
-        cluster, session = connect(o)
-        try:
-            _table_metadata(cluster, o)
-            token_map = cluster.metadata.token_map
+        cluster, session, _ = table_metadata(o)
+        token_map = cluster.metadata.token_map
 
-            def replicas(end: int) -> tuple[str, ...]:
-                return tuple(sorted(str(h.endpoint) for h in token_map.get_replicas(o.keyspace,
-                                                                                     token_map.token_class(end))))
+        def replicas(end: int) -> tuple[str, ...]:
+            return tuple(sorted(str(h.endpoint) for h in token_map.get_replicas(o.keyspace,
+                                                                                 token_map.token_class(end))))
 
-            rows = gather_estimates(session, list(cluster.metadata.all_hosts()), o)
-            return plan_ring((t.value for t in token_map.ring), replicas, rows, _bounds(cluster), o)
-        finally:
-            cluster.shutdown()
+        rows = gather_estimates(session, list(cluster.metadata.all_hosts()), o)
+        return plan_ring((t.value for t in token_map.ring), replicas, rows, _bounds(cluster), o)
 
     def create_enumerator(self, context: SplitEnumeratorContext) -> CassandraEnumerator:
         return CassandraEnumerator(self.plan, context)

@@ -196,9 +196,12 @@ def test_password_never_shown(loaded: Any) -> None:
     assert "s3cret!" not in repr(source.options)
 
 
-def test_readers_of_a_process_share_one_driver_session(loaded: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each reader opened its own session, so a hung node cost a connect timeout per reader (per Spark task);
-    now a process opens one for all its readers, and a reader's close leaves it open for the next."""
+def test_a_process_opens_one_session_for_its_readers_and_one_for_planning(loaded: Any,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each reader opened its own session, and so did the schema and each planning step, so a hung node cost a
+    connect timeout per reader (per Spark task) and per step; now a process opens one for all its readers and one
+    (with the driver's schema) for the schema and planning of every source on the same connection, and a reader's
+    close leaves its session open for the next."""
     from connectors.cassandra import _session
 
     opened: list[object] = []
@@ -210,9 +213,10 @@ def test_readers_of_a_process_share_one_driver_session(loaded: Any, monkeypatch:
 
     monkeypatch.setattr(_session, "connect", counting)
     monkeypatch.setattr(_session, "_SHARED", {})
+    monkeypatch.setattr(_session, "_OPENED", [])
     source = CassandraSource(options(loaded, fetch_size="500", splits="6"))
     splits = list(iter(source.create_enumerator(None).next_split, None))  # type: ignore[arg-type]
-    opened.clear()  # planning: its own sessions, with schema metadata
+    assert source.schema().names and len(opened) == 1, f"{len(opened)} sessions for the schema and the plan"
     rows = 0
     for split in splits:
         reader = source.create_split_reader()
@@ -222,7 +226,27 @@ def test_readers_of_a_process_share_one_driver_session(loaded: Any, monkeypatch:
         rows += sum(len(raw[0]) for _, raw in fetched.batches)
         reader.close()
     assert rows == ROWS
-    assert len(opened) == 1, f"{len(opened)} sessions for {len(splits)} readers"
-    cluster, _ = _session._SHARED[source.options]
-    assert not cluster.is_shutdown
-    _session._shut_down_shared()
+    assert len(opened) == 2, f"{len(opened) - 1} sessions for {len(splits)} readers"
+    # another source on the same connection (another table, other read options) plans on the same session
+    other = CassandraSource(options(loaded, fetch_size="100", splits="3", columns="id"))
+    assert other.schema().names == ["id"] and len(other.plan()) > 0 and len(opened) == 2
+    assert len(_session._SHARED) == 2 and not any(c.is_shutdown for c, _ in _session._SHARED.values())
+    # the shared schema follows the server at once: a table made, then altered, after the session opened
+    cluster, session = loaded.session()
+    try:
+        session.execute(f"CREATE TABLE {KS}.fresh (k int PRIMARY KEY, a text)")
+        assert CassandraSource(options(loaded, table="fresh")).schema().names == ["k", "a"]
+        session.execute(f"ALTER TABLE {KS}.fresh ADD b int")
+        assert CassandraSource(options(loaded, table="fresh")).schema().names == ["k", "a", "b"]
+        assert len(opened) == 2
+        # a session whose every node the driver holds down (the cluster restarted under a long-lived process) is
+        # replaced by one that connects now
+        held, _ = _session.shared_session(source.options, schema_metadata=True)
+        for host in held.metadata.all_hosts():
+            host.set_down()
+        assert _session.shared_session(source.options, schema_metadata=True)[0] is not held
+        assert len(opened) == 3 and source.plan()
+    finally:
+        session.execute(f"DROP TABLE IF EXISTS {KS}.fresh")
+        cluster.shutdown()
+        _session._shut_down_shared()
