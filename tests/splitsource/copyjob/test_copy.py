@@ -256,6 +256,15 @@ def test_invalid_options_exit_2_with_one_line(tmp_path: Path, args: list[str], e
     assert not (tmp_path / "out").exists() or finished(tmp_path / "out") == {}
 
 
+def test_splitsource_debug_adds_the_stack_above_the_one_line(tmp_path: Path) -> None:
+    args = ["copy", "--connector", "generator", "-o", "rowz=5", "--output", str(tmp_path / "out")]
+    result = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "SPLITSOURCE_DEBUG": "1"})
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and lines[0].startswith("Traceback") and "_typed_options.py" in result.stderr
+    assert lines[-1].startswith("splitsource copy: ") and "unknown option 'rowz'" in lines[-1], result.stderr
+
+
 def test_help_shows_an_example() -> None:
     result = run(["copy", "--help"])
     assert result.returncode == 0 and "splitsource copy --connector cassandra" in result.stdout
