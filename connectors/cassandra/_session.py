@@ -76,8 +76,8 @@ def shared_session(options: CassandraOptions, *, schema_metadata: bool = False, 
 
     A session whose every node the driver holds down (the cluster restarted while a long-lived process, a
     notebook, kept it), or one the caller found broken (``renew``), is replaced by a new one, which connects now
-    instead of at the driver's next scheduled reconnection; the old one stays open for readers that hold it, until
-    the process exits."""
+    instead of at the driver's next scheduled reconnection. An old schema session is shut down (no caller keeps
+    one); an old readers' session stays open for readers that hold it, until the process exits."""
     key = (schema_metadata, *(getattr(options, f.name) for f in dataclasses.fields(options)
                               if f.name not in _READ_FIELDS))
     with _SHARED_LOCK:
@@ -86,6 +86,9 @@ def shared_session(options: CassandraOptions, *, schema_metadata: bool = False, 
                 or all(h.is_up is False for h in found[0].metadata.all_hosts()):
             if not _OPENED:
                 atexit.register(_shut_down_shared)
+            if found is not None and schema_metadata:
+                found[0].shutdown()  # or its control connection goes on reconnecting to what may be gone
+                _OPENED.remove(found[0])
             found = _SHARED[key] = connect(options, schema_metadata=schema_metadata)
             _OPENED.append(found[0])
         return found

@@ -60,6 +60,9 @@ def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             cluster.shutdown()
         yield Versioned(version, address, release)
     finally:
+        from connectors.cassandra._session import _shut_down_shared
+
+        _shut_down_shared()  # the next version's node starts at the same address
         stop(root, sig=9)
 
 
