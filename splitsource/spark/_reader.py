@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import pickle
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,6 @@ from splitsource._planning import (
     all_splits,
     concurrent_readers,
     pack_for,
-    read_settings,
 )
 from splitsource.runtime._read import read_splits
 
@@ -99,13 +98,12 @@ def source_of(settings: ReadSettings, planned: bytes | None) -> Source[Any, Any,
     return settings.source()
 
 
-def read_partition(options: Mapping[str, str], partition: SplitsPartition, expected: pa.Schema | None,
+def read_partition(settings: ReadSettings, partition: SplitsPartition, expected: pa.Schema | None,
                    planned: bytes | None = None) -> Iterator[pa.RecordBatch]:
     """Read one partition's splits in order, in ``expected`` (None: the source's own schema); ``planned``: the
     source as the schema step carried it."""
     partition.environment.check()
     remaining = iter(partition.splits)
-    settings = read_settings(options)
     yield from read_splits(settings.framework, source_of(settings, planned), lambda: next(remaining, None),
                            expected, f"partition-{len(partition.splits)}", partition.readers)
 
@@ -140,21 +138,23 @@ def spark_offers_filters() -> bool:
 
 
 class SplitSourceBatchReader(DataSourceReader):
-    def __init__(self, options: Mapping[str, str], schema: StructType, planned: bytes | None = None) -> None:
-        self._options = dict(options)
+    """A batch read: its options parsed once, in the driver (``settings``), travel with it, pickled, to the
+    planning worker and every task."""
+
+    def __init__(self, settings: ReadSettings, schema: StructType, planned: bytes | None = None) -> None:
+        self._settings = settings
         self._expected = to_arrow_schema(schema, timezone="UTC")
         self._planned = planned  # the source as the schema step carried it (see SplitSourceDataSource.schema)
 
     def partitions(self) -> list[InputPartition]:
-        settings = read_settings(self._options)
-        framework, source = settings.framework, source_of(settings, self._planned)
+        framework, source = self._settings.framework, source_of(self._settings, self._planned)
         groups = pack_for(framework, all_splits(source, max(framework.partitions, 1)))
         # an empty source: one partition that reads nothing gives an empty DataFrame
         return partitions_of(framework, groups or [()])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitsPartition)
-        yield from read_partition(self._options, partition, self._expected, self._planned)
+        yield from read_partition(self._settings, partition, self._expected, self._planned)
 
 
 class PushdownBatchReader(SplitSourceBatchReader):
@@ -167,11 +167,11 @@ class PushdownBatchReader(SplitSourceBatchReader):
         the rest are returned for Spark to evaluate. Called only when
         ``spark.sql.python.filterPushdown.enabled`` is true."""
         offered = [(f, p) for f in filters if (p := predicate_of(f)) is not None]
-        source = source_of(read_settings(self._options), self._planned)
+        source = source_of(self._settings, self._planned)
         added, taken = source.push_predicates([p for _, p in offered])
         pushed = {id(offered[i][0]) for i in taken}
         if pushed:
-            self._options.update(added)
+            self._settings = self._settings.with_connector(added)
             self._planned = None  # the carried source reads with the options it was built with
         left = [f for f in filters if id(f) not in pushed]
         if filters:  # Spark's explain shows a Python scan as "(Python)" only: one line on the console says it

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from splitsource._planning import FrameworkOptions, build_source
+from splitsource._planning import FrameworkOptions, read_settings
 from splitsource._typed_options import options_table
 from splitsource.spark._reader import (
     PushdownBatchReader,
@@ -48,7 +48,7 @@ class SplitSourceDataSource(DataSource):
         return "splitsource"
 
     def schema(self) -> StructType:
-        _, source = build_source(self.options)
+        source = read_settings(self.options).source()
         struct = spark_arrow_schema(source.schema())[0]
         # Spark pickles this instance after schema() and hands it to the planning worker, which pickles the reader
         # into every task: the source travels with the metadata it has just read (for Cassandra: the table's
@@ -57,14 +57,14 @@ class SplitSourceDataSource(DataSource):
         return struct
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        framework, _ = build_source(self.options)  # fail on bad options in the driver, before any task starts
-        planned = getattr(self, "_carried", None)
+        settings = read_settings(self.options)  # parsed once: bad options fail here, before any task starts
+        framework, planned = settings.framework, getattr(self, "_carried", None)
         # Spark refuses a reader that implements pushFilters while spark.sql.python.filterPushdown.enabled is
         # false (its default), even for a query with no filter, and the setting does not reach this worker: Spark
         # asks for the reader from its filter pushdown step only when the setting is on, so that is the sign
         if framework.pushdown == "true" or (framework.pushdown == "auto" and spark_offers_filters()):
-            return PushdownBatchReader(self.options, schema, planned)
-        return SplitSourceBatchReader(self.options, schema, planned)
+            return PushdownBatchReader(settings, schema, planned)
+        return SplitSourceBatchReader(settings, schema, planned)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's name
-        return SplitSourceStreamReader(self.options, schema)
+        return SplitSourceStreamReader(read_settings(self.options), schema)

@@ -11,7 +11,8 @@ Bounded: once the enumerator has no split left, ``latestOffset`` returns its sta
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from splitsource._api import Source
 from splitsource._fs import locate
 from splitsource._offsets import (
     PlanStore,
@@ -35,7 +37,7 @@ from splitsource._offsets import (
     offset_splits,
     source_fingerprint,
 )
-from splitsource._planning import BatchLimit, build_source, pack_for
+from splitsource._planning import BatchLimit, ReadSettings, pack_for
 from splitsource.spark._reader import SplitsPartition, partitions_of, read_partition
 
 __all__ = ["SplitSourceStreamReader", "batch_limit_of"]
@@ -55,19 +57,25 @@ def batch_limit_of(limit: ReadLimit) -> BatchLimit:
 class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of splits over one bounded source (see the module docstring)."""
 
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self._options = dict(options)
+    def __init__(self, settings: ReadSettings, schema: StructType) -> None:
+        self._settings, self._framework = settings, settings.framework
         self._expected = to_arrow_schema(schema, timezone="UTC")
-        framework, source = build_source(self._options)
-        self._framework = framework
-        self._fingerprint = source_fingerprint(source)
-        self._plans = PlanStore(locate(framework.plan_location) if framework.plan_location else None)
+        self._fingerprint = source_fingerprint(self._source)
+        self._plans = PlanStore(locate(self._framework.plan_location) if self._framework.plan_location else None)
+
+    @functools.cached_property
+    def _source(self) -> Source[Any, Any, Any, Any]:
+        """The source, built once in the process that plans the stream's batches; never pickled (a task reads
+        from the settings)."""
+        return self._settings.source()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_source"}
 
     # -- offsets -----------------------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
-        _, source = build_source(self._options)
-        return initial_offset(source, self._fingerprint, self._framework.parallelism, self._plans)
+        return initial_offset(self._source, self._fingerprint, self._framework.parallelism, self._plans)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
         if self._framework.max_splits_per_batch > 0:
@@ -79,21 +87,19 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return None
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
-        _, source = build_source(self._options)
-        end = next_offset(source, self._fingerprint, start, self._framework.parallelism, batch_limit_of(limit),
+        end = next_offset(self._source, self._fingerprint, start, self._framework.parallelism, batch_limit_of(limit),
                           self._plans)
         return start if end is None else end  # unchanged: the bounded source is done
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         if start == end:
             return []
-        _, source = build_source(self._options)
         check_offset(end, self._fingerprint)
-        return partitions_of(self._framework, pack_for(self._framework, offset_splits(source, end)))
+        return partitions_of(self._framework, pack_for(self._framework, offset_splits(self._source, end)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SplitsPartition)
-        yield from read_partition(self._options, partition, self._expected)
+        yield from read_partition(self._settings, partition, self._expected)
 
     def commit(self, end: dict[str, Any]) -> None:
         return None
