@@ -5,10 +5,11 @@ power behind a firewall that drops packets), with this tree beside an earlier co
 
 It starts its own three-node ring (127.0.0.94-96, replication factor 3) under a temporary directory, loads
 ``--rows`` rows of 200 bytes, and copies them with both engines (16 splits, ``connect_timeout_s=2``): with every
-node up, then with node 96 stopped and its CQL port taken by a socket that accepts and never answers. Each copy
-runs from this tree and from a git worktree of ``--before`` (d5633a3: readers shared a session, the schema and
-the plan opened their own; 14dc81e: nothing shared), so both builds meet the same ring. The hung node's cost is each build's time with it less its time without it. The
-result goes to bench/results/hung_node.json with the commit, machine and date it measured.
+node up, then with node 96 stopped and its CQL port taken by a socket that accepts and never answers. Each copy runs
+from this tree and from a git worktree of ``--before`` (d5633a3: readers shared a session, the schema and the plan
+opened their own; 14dc81e: nothing shared), so both builds meet the same ring. The hung node's cost is each build's
+time with it less its time without it. The result goes to bench/results/hung_node.json with the commit, machine and
+date it measured.
 """
 
 from __future__ import annotations
