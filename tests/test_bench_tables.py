@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts import bench_tables
 from tests.fixtures import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-import bench_tables  # noqa: E402
 
 
 def test_the_page_holds_every_result_file_as_written() -> None:
