@@ -321,5 +321,6 @@ def _failure(exc: BaseException) -> tuple[int, str]:
     # a bug or an error nothing above names: still one line
     return EXIT_FAILED, f"unexpected {type(exc).__name__}: {exc} (SPLITSOURCE_DEBUG=1 shows where)"
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -41,7 +41,7 @@ def transient(exc: BaseException) -> bool:
     state = sqlstate(exc)
     if state is not None:
         return state in _TRANSIENT_STATES or state.startswith("08")
-    return type(exc).__name__ == "OperationalError" and not isinstance(exc, PostgresConnectionError)
+    return type(exc).__name__ == "OperationalError"
 
 
 def login_error(exc: BaseException, options: PostgresOptions) -> PostgresConnectionError:
