@@ -3,9 +3,10 @@
 Each column is read one of two ways (the type table is in docs/postgres.md):
 
 - **natively**, where Arrow has the exact type (integers, floats, bool, text, bytea, date, timestamp[tz], time):
-  the ADBC driver decodes the server's binary values into Arrow in C;
-- **as the server's own text** everywhere else (numeric, uuid, json, arrays, composites, ranges, intervals,
-  network, geometric and bit types, enums, ...): ``column::text``, the value exactly as PostgreSQL prints it.
+  the ADBC driver decodes the server's binary values into Arrow in C; and ``uuid``, whose 16 bytes the reader
+  formats as the server's text (cheaper on both sides than the server's ``uuid::text``);
+- **as the server's own text** everywhere else (numeric, json, arrays, composites, ranges, intervals, network,
+  geometric and bit types, enums, ...): ``column::text``, the value exactly as PostgreSQL prints it.
 
 Sessions set ``DateStyle`` ISO and ``TimeZone`` UTC (see :func:`session_options`), so text is the same whatever the
 server's defaults, and key values round-trip as text between the planner's session and the readers'.
@@ -31,17 +32,22 @@ _NATIVE: dict[str, pa.DataType] = {
     "bytea": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us"),
     "timestamptz": pa.timestamp("us", tz="UTC"), "time": pa.time64("us"),
 }
-# base type -> (an SQL condition, on the column {c}, true of a value its Arrow type cannot hold; what it holds then).
-# Arrow's timestamp[us] counts microseconds from 1970 in an int64, which ends in 294247; PostgreSQL's ends in 294276.
-# Arrow's time64 ends before midnight; PostgreSQL's time holds 24:00:00.
+# base type -> (the range of the values ADBC gives, as integers, for exactly the server's values that the column's
+# Arrow type cannot hold; what such a value is). Arrow's timestamp[us] counts microseconds from 1970 in an int64,
+# which ends in 294247, and PostgreSQL's ends in 294276; its date32 holds no infinity; its time64 ends before
+# midnight, and PostgreSQL's time holds 24:00:00. The driver moves PostgreSQL's epoch (2000) to Arrow's (1970)
+# without an overflow check, so ±infinity and every time after Arrow's last wrap round to below the first value
+# PostgreSQL holds (4714-11-24 BC), where no value it holds lands: the reader checks each page for them (a compare
+# per value, instead of a condition the server evaluates on every row).
 _LAST_TIMESTAMP = "294247-01-10 04:00:54.775807"
-_BEYOND_ARROW = {
-    "date": ("{c} IN ('infinity', '-infinity')", "infinity"),
-    "timestamp": (f"{{c}} IN ('infinity', '-infinity') OR {{c}} > '{_LAST_TIMESTAMP}'",
-                  f"infinity or a time after {_LAST_TIMESTAMP}"),
-    "timestamptz": (f"{{c}} IN ('infinity', '-infinity') OR {{c}} > '{_LAST_TIMESTAMP}+00'",
-                    f"infinity or a time after {_LAST_TIMESTAMP}+00"),
-    "time": ("{c} = '24:00:00'", "24:00:00"),
+_FIRST_TIMESTAMP_US = -210866803200000000  # 4714-11-24 00:00:00 BC, PostgreSQL's first timestamp, from 1970
+_FIRST_DATE = -2440588  # 4714-11-24 BC, PostgreSQL's first date, in days from 1970
+_DAY_US = 86_400_000_000
+_BEYOND_ARROW: dict[str, tuple[tuple[int | None, int | None], str]] = {
+    "date": ((None, _FIRST_DATE), "infinity"),
+    "timestamp": ((None, _FIRST_TIMESTAMP_US), f"infinity or a time after {_LAST_TIMESTAMP}"),
+    "timestamptz": ((None, _FIRST_TIMESTAMP_US), f"infinity or a time after {_LAST_TIMESTAMP}+00"),
+    "time": ((_DAY_US, None), "24:00:00"),
 }
 # key columns: orderable types whose text form casts back to the same value
 _KEY_TYPES = {"int2", "int4", "int8", "numeric", "text", "varchar", "bpchar", "uuid", "date", "timestamp",
@@ -79,7 +85,8 @@ def literal(text: str) -> str:
 
 @dataclass(frozen=True)
 class Column:
-    """One column as the connector reads it: ``select`` is its expression in the readers' SELECT."""
+    """One column as the connector reads it: ``select`` is its expression in the readers' SELECT; ``uuid_bytes``:
+    the driver gives a uuid's 16 bytes, which the reader formats as the server's text."""
 
     name: str
     type_name: str  # as PostgreSQL writes it: integer, numeric(10,2), text[], ...
@@ -87,15 +94,21 @@ class Column:
     arrow: pa.DataType
     select: str
     nullable: bool
+    uuid_bytes: bool = False
 
     @property
-    def beyond_arrow(self) -> tuple[str, str] | None:
-        """For a natively read column whose server type holds values its Arrow type cannot: the SQL condition true
-        of such a value, and what such a value is, for the message; else None."""
+    def beyond_arrow(self) -> tuple[tuple[int | None, int | None], str] | None:
+        """For a natively read column whose server type holds values its Arrow type cannot: the range ``(low,
+        high)`` (inclusive, None: open) of the driver's values, as integers, that are such values, and what such a
+        value is, for the message; else None."""
         if self.arrow == pa.string() or self.base not in _BEYOND_ARROW:
             return None
-        condition, what = _BEYOND_ARROW[self.base]
-        return condition.format(c=ident(self.name)), what
+        return _BEYOND_ARROW[self.base]
+
+    @property
+    def as_key_text(self) -> bool:
+        """Whether the Arrow value, as a Python ``str``, is the server's text of the value (a key's text)."""
+        return bool(pa.types.is_integer(self.arrow)) or self.arrow == pa.string()
 
 
 @dataclass(frozen=True)
@@ -119,11 +132,12 @@ class Table:
         """A digest of the columns' names and types: a column added, dropped or retyped changes it."""
         return hashlib.sha256(repr([(c.name, c.type_name) for c in self.columns]).encode()).hexdigest()[:16]
 
-    def beyond_arrow_check(self) -> str | None:
-        """An SQL expression whose value is the 1-based index of the first natively read column holding a value
-        its Arrow type cannot hold (see :attr:`Column.beyond_arrow`), else 0; None when no column can."""
-        whens = [f"WHEN {c.beyond_arrow[0]} THEN {i}" for i, c in enumerate(self.columns, 1) if c.beyond_arrow]
-        return f"CASE {' '.join(whens)} ELSE 0 END" if whens else None
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """For each key column, the page column holding its text: the column itself where it is read and its value
+        is its text (an integer, a string), else ``__k<i>``, which a key range's page adds as ``column::text``."""
+        read = {c.name for c in self.columns if c.as_key_text}
+        return tuple(c.name if c.name in read else f"__k{i}" for i, c in enumerate(self.key))
 
 
 def describe(conn: Any, table: str, columns: str, text_columns: str) -> Table:
@@ -166,12 +180,13 @@ def _names(columns: str) -> list[str]:
 
 
 def _column(name: str, type_name: str, domain_of: str | None, base: str, nullable: bool, as_text: bool) -> Column:
-    native = _NATIVE.get(base)
+    uuid = base == "uuid" and not as_text
+    native = pa.string() if uuid else _NATIVE.get(base)
     if native is None or as_text:
         return Column(name, type_name, base, pa.string(), f"{ident(name)}::text", nullable)
     if domain_of is not None:  # a domain: read as its base type
-        return Column(name, type_name, base, native, f"{ident(name)}::{domain_of}", nullable)
-    return Column(name, type_name, base, native, ident(name), nullable)
+        return Column(name, type_name, base, native, f"{ident(name)}::{domain_of}", nullable, uuid)
+    return Column(name, type_name, base, native, ident(name), nullable, uuid)
 
 
 def _key(conn: Any, oid: int) -> Sequence[str]:

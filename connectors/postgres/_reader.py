@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from connectors.postgres._catalog import Table, ident, literal, session_options
@@ -25,6 +26,8 @@ __all__ = ["PostgresEmitter", "PostgresSplitReader", "key_condition"]
 
 Raw = tuple[pa.RecordBatch, PostgresSplit]  # a page, and what is left of its split after it
 BLOCK = 8192
+# the most bytes of Arrow the driver puts in one batch: above a page's, so a page comes in one batch, used as it is
+BATCH_BYTES = 1 << 30
 
 
 class SnapshotGoneError(SplitReadError):
@@ -52,6 +55,7 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
             except Exception as exc:  # the driver's own error classes
                 raise login_error(exc, self._options) from None
             cursor = self._conn.cursor()
+            cursor.adbc_statement.set_options(**{"adbc.postgresql.batch_size_hint_bytes": str(BATCH_BYTES)})
             cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if self._options.snapshot:
                 try:
@@ -101,19 +105,14 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
     def _page(self, split: PostgresSplit) -> tuple[pa.RecordBatch, PostgresSplit]:
         table, options = self._table, self._options
         columns = [c.select for c in table.columns]
-        hidden: list[str] = []
-        beyond = table.beyond_arrow_check()
-        if beyond is not None:
-            hidden.append(f"{beyond} AS __beyond")
         conditions = [f"({options.where})"] if options.where else []
+        cursor = self._cursor(split)
         if split.by_blocks:
-            cursor = self._cursor(split)
             end = split.first_block + max(1, int(options.page_mb * 1024 * 1024) // BLOCK)
             if split.end_block >= 0:
                 end = min(end, split.end_block)
             conditions += [f"ctid >= '({split.first_block},0)'::tid", f"ctid < '({end},0)'::tid"]
-            query = f"SELECT {', '.join(columns + hidden)} FROM {split.relation} WHERE {' AND '.join(conditions)}"
-            result = _run(cursor, query)
+            page = _run(cursor, f"SELECT {', '.join(columns)} FROM {split.relation} WHERE {' AND '.join(conditions)}")
             if split.end_block >= 0:
                 done = end >= split.end_block
             else:
@@ -121,25 +120,21 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
                 done = end >= cursor.fetchone()[0]
             after = narrowed(split, done=done, next_block=end)
         else:
-            cursor = self._cursor(split)
             limit = max(1, min(options.page_rows, int(options.page_mb * 1024 * 1024) // max(split.row_bytes, 1)))
-            keys = [f"{ident(c.name)}::text AS __k{i}" for i, c in enumerate(table.key)]
+            keys = [f"{ident(c.name)}::text AS {name}" for c, name in zip(table.key, table.key_names, strict=True)
+                    if name.startswith("__k")]
             conditions += key_condition(table, split)
             # qualified: a column read as text has an output column of its name, which would sort as text
             order = ", ".join(f"{split.relation}.{ident(c.name)}" for c in table.key)
             where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-            query = (f"SELECT {', '.join(columns + keys + hidden)} FROM {split.relation}{where} "
-                     f"ORDER BY {order} LIMIT {limit}")
-            result = _run(cursor, query)
-            if result.num_rows < limit:
+            page = _run(cursor, f"SELECT {', '.join(columns + keys)} FROM {split.relation}{where} "
+                                f"ORDER BY {order} LIMIT {limit}")
+            if page.num_rows < limit:
                 after = narrowed(split, done=True)
             else:
-                last = tuple(str(result.column(f"__k{i}")[-1].as_py()) for i in range(len(table.key)))
-                after = narrowed(split, after_key=last)
-        if beyond is not None and result.num_rows:
-            _refuse_beyond_arrow(table, result)
-        arrays = [result.column(i).combine_chunks() if result.num_rows else pa.array([], c.arrow)
-                  for i, c in enumerate(table.columns)]
+                after = narrowed(split, after_key=_key_at(table, page, page.num_rows - 1))
+        arrays = _arrays(table, page)
+        _refuse_beyond_arrow(table, arrays, page)
         return pa.RecordBatch.from_arrays(arrays, schema=table.schema), after
 
     def close(self) -> None:
@@ -151,28 +146,70 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
             self._conn = None
 
 
-def _refuse_beyond_arrow(table: Table, page: pa.Table) -> None:
-    """Fail, in one line naming the column, the row's key and the option to use, when ``page`` holds a value its
-    column's Arrow type cannot hold (its hidden ``__beyond`` column is the column's 1-based index, else 0)."""
+def _run(cursor: Any, query: str) -> pa.RecordBatch:
+    """The query's rows as one record batch: the driver's own when the page came in one (it does up to
+    ``BATCH_BYTES``), else the driver's batches copied into one."""
+    cursor.execute(query)
+    result = cursor.fetch_arrow_table()
+    batches = result.to_batches()
+    if len(batches) == 1:
+        return batches[0]
+    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in result.columns], schema=result.schema)
+
+
+def _arrays(table: Table, page: pa.RecordBatch) -> list[pa.Array]:
+    """The page's columns as the table's Arrow types (a uuid's 16 bytes formatted as its text)."""
+    return [_uuid_text(page.column(i)) if c.uuid_bytes else page.column(i) for i, c in enumerate(table.columns)]
+
+
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_UUID_DIGITS = np.array([i for i in range(36) if i not in (8, 13, 18, 23)])  # where a uuid's 32 hex digits go
+
+
+def _uuid_text(array: pa.Array) -> pa.Array:
+    """16-byte uuids (``fixed_size_binary(16)``, or the driver's extension type on it) as PostgreSQL prints them,
+    ``6ba7b810-9dad-11d1-80b4-00c04fd430c8``, with numpy instead of a Python object per value."""
+    if isinstance(array, pa.ExtensionArray):
+        array = array.storage
+    if not len(array):
+        return pa.array([], pa.string())
+    total = array.offset + len(array)
+    raw = np.frombuffer(array.buffers()[1], dtype=np.uint8, count=16 * total).reshape(total, 16)
+    text = np.full((total, 36), ord("-"), dtype=np.uint8)
+    text[:, _UUID_DIGITS[0::2]] = _HEX[raw >> 4]
+    text[:, _UUID_DIGITS[1::2]] = _HEX[raw & 15]
+    offsets = np.arange(0, 36 * (total + 1), 36, dtype=np.int32)
+    return pa.StringArray.from_buffers(len(array), pa.py_buffer(offsets), pa.py_buffer(text), array.buffers()[0],
+                                       array.null_count, array.offset)
+
+
+def _key_at(table: Table, page: pa.RecordBatch, row: int) -> tuple[str, ...]:
+    """The text of the key of the page's ``row`` (from the columns :attr:`Table.key_names` names; a uuid's value is
+    a ``uuid.UUID``, whose ``str`` is the server's text)."""
+    return tuple(str(page.column(name)[row].as_py()) for name in table.key_names)
+
+
+def _refuse_beyond_arrow(table: Table, arrays: list[pa.Array], page: pa.RecordBatch) -> None:
+    """Fail, in one line naming the column, the row's key (where the page has it) and the option to use, when a
+    column holds a value its Arrow type cannot hold (see :attr:`Column.beyond_arrow`)."""
     import pyarrow.compute as pc
 
-    first = pc.max(page.column("__beyond")).as_py()
-    if not first:
-        return
-    column = table.columns[first - 1]
-    row = ""
-    if table.key and "__k0" in page.column_names:  # a key range's page carries its key as text
-        at = pc.index(page.column("__beyond"), first).as_py()
-        row = " (row " + ", ".join(f"{c.name}={page.column(f'__k{i}')[at].as_py()}"
-                                   for i, c in enumerate(table.key)) + ")"
-    raise OptionsError(f"connector 'postgres': column {column.name} of {table.label} holds {column.beyond_arrow[1]}"
-                       f"{row}, which Arrow's {column.arrow} cannot hold; add -o text_columns={column.name} to read "
-                       "it as the server's text")
-
-
-def _run(cursor: Any, query: str) -> pa.Table:
-    cursor.execute(query)
-    return cursor.fetch_arrow_table()
+    for column, array in zip(table.columns, arrays, strict=True):
+        beyond = column.beyond_arrow
+        if beyond is None or not len(array):
+            continue
+        (low, high), what = beyond
+        values = array.view(pa.int64() if array.type.bit_width == 64 else pa.int32())
+        hit = pc.greater_equal(values, low) if low is not None else pc.less_equal(values, high)
+        if not pc.any(hit).as_py():
+            continue
+        row = ""
+        if table.key and all(name in page.schema.names for name in table.key_names):
+            key = _key_at(table, page, pc.index(hit, True).as_py())
+            row = " (row " + ", ".join(f"{c.name}={text}" for c, text in zip(table.key, key, strict=True)) + ")"
+        raise OptionsError(f"connector 'postgres': column {column.name} of {table.label} holds {what}{row}, which "
+                           f"Arrow's {column.arrow} cannot hold; add -o text_columns={column.name} to read it as "
+                           "the server's text")
 
 
 def key_condition(table: Table, split: PostgresSplit) -> list[str]:

@@ -127,6 +127,8 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
 def _plain(column: Column) -> str:
     """The column as the plain Python value verify compares with (see ``Source.reference_rows``)."""
     name = ident(column.name)
+    if column.uuid_bytes:
+        return f"{name}::text"
     if column.arrow == pa.string():
         return column.select
     if column.base == "date":

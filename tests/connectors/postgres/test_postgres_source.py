@@ -3,6 +3,10 @@ truth, key and block ranges, composite keys, partitions, and splits near their t
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import uuid
+
 import pyarrow as pa
 import pytest
 
@@ -50,6 +54,32 @@ def test_a_composite_key_and_a_partitioned_table(postgres15: PostgresServer, tab
                       "id": pa.array([i for _ in range(3) for i in range(1, 8001)], pa.int32()),
                       "v": [f"{r}{i}" for r in ("east", "west", "north") for i in range(1, 8001)]})
     testing.check_all(source, expected=truth)
+
+
+# a key of each type the reader takes the key's text of from the page itself (uuid, numeric as text, text) or from
+# a ``column::text`` it adds (date, and any key column not read): a page's last key, the next page's lower bound,
+# must give every row once
+_KEYS = {"uuid": ("md5(i::text)::uuid", lambda i: str(uuid.UUID(hashlib.md5(str(i).encode()).hexdigest()))),
+         "numeric(10,1)": ("i * 0.5", lambda i: f"{i * 0.5:.1f}"),
+         "text": ("'k''' || i", lambda i: f"k'{i}"),
+         "date": ("date '2000-01-01' + i", lambda i: datetime.date(2000, 1, 1) + datetime.timedelta(days=i))}
+
+
+@pytest.mark.parametrize("key_type", list(_KEYS))
+@pytest.mark.parametrize("columns", ["k,v", "v"])
+def test_every_key_type_pages_exactly(postgres15: PostgresServer, table_name: str, key_type: str,
+                                      columns: str) -> None:
+    sql, text_of = _KEYS[key_type]
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (k {key_type} PRIMARY KEY, v int4)")
+        conn.execute(f"INSERT INTO {table_name} SELECT {sql}, i FROM generate_series(1, 6000) i")
+        conn.execute(f"ANALYZE {table_name}")
+    source = PostgresSource(options(postgres15, table_name, columns=columns, split_size_mb="0.05",
+                                    page_rows="700"))
+    assert source.key_columns() == ["k"]
+    truth = {"k": [text_of(i) for i in range(1, 6001)]} if columns == "k,v" else {}
+    testing.check_all(source, expected=pa.table({**truth, "v": pa.array(range(1, 6001), pa.int32())}))
 
 
 def _rows_per_split(server: PostgresServer, source: PostgresSource) -> list[int]:
