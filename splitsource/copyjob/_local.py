@@ -16,7 +16,6 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import IO
 
 from splitsource._errors import LocalCopyFailed, OptionsError
 from splitsource._fs import Location
@@ -60,15 +59,28 @@ class _Handout:
 class _Workers:
     """Worker processes, each running one task at a time; killed all at once when one task fails."""
 
-    def __init__(self, count: int, log_path: str | None) -> None:
-        self._log: IO[bytes] | None = open(log_path, "ab") if log_path else None  # noqa: SIM115 - closed by close()
+    def __init__(self, count: int) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # Arrow's pool: the tasks choose it (run_task)
+        # what a worker prints before log_to (a broken install's traceback) goes to this process's stderr
         self._procs = [
             subprocess.Popen([sys.executable, "-m", "splitsource.copyjob._worker"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE,
-                             stderr=self._log if self._log is not None else subprocess.DEVNULL, env=env)
+                             stdout=subprocess.PIPE, env=env)
             for _ in range(count)
         ]
+
+    def __len__(self) -> int:
+        return len(self._procs)
+
+    def log_to(self, path: str | None) -> None:
+        """Every worker's first frame: the file it appends what it prints to from now on (None: nowhere)."""
+        from splitsource.copyjob._worker import write_frame
+
+        for proc in self._procs:
+            assert proc.stdin is not None
+            try:
+                write_frame(proc.stdin, {"log": path})
+            except OSError:
+                pass  # a worker already dead: its task's request finds it so, and says how it ended
 
     def run(self, batch: Batch, progress: Callable[[int, int], None]) -> list[TaskOutcome]:
         """Run one batch: every worker takes the batch's task and asks for splits until none is left (so the work
@@ -119,13 +131,6 @@ class _Workers:
             proc.wait()
 
     def close(self) -> None:
-        try:
-            self._close()
-        finally:
-            if self._log is not None:
-                self._log.close()
-
-    def _close(self) -> None:
         for proc in self._procs:
             if proc.stdin is not None and not proc.stdin.closed:
                 try:
@@ -153,27 +158,30 @@ class LocalEngine:
         if not 0 <= workers <= MAX_WORKERS:
             raise OptionsError(f"option 'workers': {workers} is not from 0 (one per core) to {MAX_WORKERS}")
         self.workers = workers
+        # started now: their start-up (a Python, its imports) overlaps the copy's connecting, locking and planning
+        self._pool: _Workers | None = _Workers(workers or os.cpu_count() or 1)
 
     def check_storage(self, places: list[tuple[str, Location]]) -> None:
         pass
 
     def run(self, run: CopyRun) -> EngineResult:
-        return _run_copy(run, self.workers)
+        pool, self._pool = self._pool or _Workers(self.workers or os.cpu_count() or 1), None
+        return _run_copy(run, pool)
 
     def close(self) -> None:
-        pass
+        if self._pool is not None:  # never run: end of input ends them
+            self._pool.close()
+            self._pool = None
 
 
 MAX_WORKERS = 256  # local engine processes: more than any machine this runs on has cores for
 
 
-def _run_copy(run: CopyRun, workers: int) -> EngineResult:
-    workers = workers or os.cpu_count() or 1
+def _run_copy(run: CopyRun, pool: _Workers) -> EngineResult:
     place = run.checkpoint.child(LOCAL_DIR)
     place.store.make_dirs(place.path)
-    log = f"{place.path}/{WORKERS_LOG}" if place.store.local else None
+    pool.log_to(f"{place.path}/{WORKERS_LOG}" if place.store.local else None)
     try:
-        # started before the first batch is planned: their start-up (a Python, its imports) overlaps the planning
-        return run_batches(run, _Workers(workers, log), LOCAL_DIR, parallelism=workers)
+        return run_batches(run, pool, LOCAL_DIR, parallelism=len(pool))
     except LocalCopyFailed as exc:
         raise failure(str(exc), exc.detail or str(exc), run.checkpoint) from None

@@ -1,7 +1,8 @@
 """A worker process of the local copy engine: reads groups of splits and writes them into pending part files.
 
 Started by :mod:`splitsource.copyjob._local` as ``python -m splitsource.copyjob._worker``. Frames on stdin and stdout
-are pickled (8-byte length, then the payload); anything a task prints goes to stderr. Per batch:
+are pickled (8-byte length, then the payload). The first frame names the file that what the worker prints goes to
+(``{"log": path or None}``: the engine starts its workers before it knows its checkpoint). Per batch:
 
 - the coordinator sends a :class:`~splitsource.copyjob._protocol.TaskSpec`;
 - the worker runs :func:`~splitsource.copyjob._protocol.run_task`, which asks for splits one at a time, as a
@@ -62,6 +63,16 @@ def _die_with_parent() -> None:
         pass
 
 
+def _log_to(path: str | None) -> None:
+    """From now on, what this process prints (stderr, and stdout's descriptor) is appended to ``path``, or goes
+    nowhere."""
+    sys.stderr.flush()
+    fd = os.open(path or os.devnull, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 2)
+    os.dup2(fd, 1)
+    os.close(fd)
+
+
 def main() -> int:
     _die_with_parent()
     # imported now, while the coordinator plans the first batch, not when its first task arrives
@@ -80,6 +91,10 @@ def main() -> int:
         split: bytes | None = reply["split"]
         return split
 
+    first = read_frame(tasks)
+    if first is None:
+        return 0
+    _log_to(first["log"])
     while (task := read_frame(tasks)) is not None:
         try:
             answer: dict[str, Any] = {"ok": run_task(task, ask)}
