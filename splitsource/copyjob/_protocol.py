@@ -192,6 +192,19 @@ def _copy_memory_pool() -> Iterator[None]:
         pa.set_memory_pool(before)  # buffers keep the pool they came from: freeing them later stays right
 
 
+_SOURCES: dict[tuple[str, tuple[tuple[str, str], ...]], Source[Any, Any, Any, Any]] = {}
+
+
+def _source(read: ReadSettings) -> Source[Any, Any, Any, Any]:
+    """The Source of ``read``, built once per process: a worker runs a task per batch with the same settings, and
+    building one may ask the source for its schema (PostgreSQL's catalog: a connection and five queries)."""
+    key = (read.framework.connector, tuple(sorted(read.connector.items())))
+    if key not in _SOURCES:
+        _SOURCES.clear()  # another copy's: one is enough
+        _SOURCES[key] = read.source()
+    return _SOURCES[key]
+
+
 def copy_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
     """Read the splits ``ask`` hands out (their versioned bytes; None: no more) and write their rows, in the
     source's own Arrow schema, into pending files of task ``spec.index``; ``spec.readers``: the copy's tasks that
@@ -199,7 +212,7 @@ def copy_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
     failure the task's in-progress files are removed and the error propagates: nothing of it is committed."""
     from serializers import read_envelope
 
-    source = spec.read.source()  # once per task: its reader's, and its splits' serializer
+    source = _source(spec.read)  # its reader's, and its splits' serializer
     serializer = source.split_serializer()
     splits, rows, metrics = 0, 0, ReaderMetrics()
 
