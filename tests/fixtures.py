@@ -283,6 +283,12 @@ def postgres15(_postgres_servers: _PostgresServers) -> PostgresServer:
     return _postgres_servers.get("15")
 
 
+@pytest.fixture(scope="session")
+def postgres18(_postgres_servers: _PostgresServers) -> PostgresServer:
+    """The tests' PostgreSQL 18, for a heavier test's one check on the other version."""
+    return _postgres_servers.get("18")
+
+
 @pytest.fixture()
 def pyiceberg_planner(monkeypatch: pytest.MonkeyPatch) -> None:
     """Polars plans Iceberg scans through pyiceberg (its own planner is a package of its own, and Polars says so

@@ -108,8 +108,9 @@ COLUMNS: list[tuple[str, str, list[str], list[Any], list[Any] | None]] = [
 DELTA_TEXT = {"tm": ["00:00:00", "23:59:59.999999", "12:34:56.000001"]}
 
 
-def create(server: PostgresServer) -> None:
-    """The table, its composite, domain and enum types, and its four rows."""
+def create(server: PostgresServer, without: frozenset[str] = frozenset()) -> None:
+    """The table, its composite, domain and enum types, and its four rows (``without``: columns left out)."""
+    columns = [c for c in COLUMNS if c[0] not in without]
     with server.connect() as conn:
         conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
         conn.execute("DROP TYPE IF EXISTS fidelity_pair; DROP TYPE IF EXISTS fidelity_mood; "
@@ -118,20 +119,23 @@ def create(server: PostgresServer) -> None:
         conn.execute("CREATE TYPE fidelity_mood AS ENUM ('sad', 'ok', 'happy days')")
         conn.execute("CREATE DOMAIN fidelity_positive AS int CHECK (VALUE > 0)")
         conn.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, "
-                     + ", ".join(f"{n} {t}" for n, t, _, _, _ in COLUMNS) + ")")
+                     + ", ".join(f"{n} {t}" for n, t, _, _, _ in columns) + ")")
         for row in range(ROWS):
             conn.execute(f"INSERT INTO {TABLE} VALUES ({row + 1}, "
-                         + ", ".join(literals[row] for _, _, literals, _, _ in COLUMNS) + ")")
+                         + ", ".join(literals[row] for _, _, literals, _, _ in columns) + ")")
         conn.execute(f"INSERT INTO {TABLE} (id) VALUES ({ROWS + 1})")
 
 
-def expected_plain(text: dict[str, list[Any]] | None = None) -> dict[int, dict[str, Any]]:
-    """Each row as Arrow holds it in plain storage, by id (``text``: columns read as text instead, their values)."""
+def expected_plain(text: dict[str, list[Any]] | None = None,
+                   without: frozenset[str] = frozenset()) -> dict[int, dict[str, Any]]:
+    """Each row as Arrow holds it in plain storage, by id (``text``: columns read as text instead, their values;
+    ``without``: columns left out)."""
+    columns = [c for c in COLUMNS if c[0] not in without]
     rows = {}
     for row in range(ROWS):
-        values = {n: (text or {}).get(n, plain)[row] for n, _, _, plain, _ in COLUMNS}
+        values = {n: (text or {}).get(n, plain)[row] for n, _, _, plain, _ in columns}
         rows[row + 1] = {"id": row + 1, **values}
-    rows[ROWS + 1] = {"id": ROWS + 1, **{n: None for n, _, _, _, _ in COLUMNS}}
+    rows[ROWS + 1] = {"id": ROWS + 1, **{n: None for n, _, _, _, _ in columns}}
     return rows
 
 
