@@ -149,7 +149,8 @@ class _Workers:
 
 class LocalEngine:
     """The local engine (see :class:`~splitsource.copyjob._protocol.Engine`): ``workers`` processes on this
-    machine (0: one per core), no JVM; its tasks write where this process reads, so storage needs no check."""
+    machine (0: one per core), no JVM, started when the engine is made and ended by :meth:`close` (or by the end of
+    its run); its tasks write where this process reads, so storage needs no check."""
 
     name = LOCAL_DIR
     sink_defaults: Mapping[str, str] = {"buffer_mb": WORKER_BUFFER_MB}  # a user's buffer_mb wins
