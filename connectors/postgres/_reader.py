@@ -136,7 +136,7 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
 
 class _Session:
     """One ADBC connection and its statement, through the driver manager's own API (its DB-API layer imports
-    polars, pandas and the rest where installed: a tenth of a second in every process that reads)."""
+    pyarrow.dataset, and polars where installed: a tenth of a second in every process that reads)."""
 
     def __init__(self, uri: str, options: PostgresOptions) -> None:
         import adbc_driver_manager
