@@ -32,22 +32,22 @@ _NATIVE: dict[str, pa.DataType] = {
     "bytea": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us"),
     "timestamptz": pa.timestamp("us", tz="UTC"), "time": pa.time64("us"),
 }
-# base type -> (the range of the values ADBC gives, as integers, for exactly the server's values that the column's
-# Arrow type cannot hold; what such a value is). Arrow's timestamp[us] counts microseconds from 1970 in an int64,
-# which ends in 294247, and PostgreSQL's ends in 294276; its date32 holds no infinity; its time64 ends before
-# midnight, and PostgreSQL's time holds 24:00:00. The driver moves PostgreSQL's epoch (2000) to Arrow's (1970)
-# without an overflow check, so ±infinity and every time after Arrow's last wrap round to below the first value
-# PostgreSQL holds (4714-11-24 BC), where no value it holds lands: the reader checks each page for them (a compare
-# per value, instead of a condition the server evaluates on every row).
+# base type -> ((low, high): the driver's values, as integers, of every value the column's Arrow type holds, low
+# included and high not, None: open; what a value outside is). Arrow's timestamp[us] counts microseconds from 1970
+# in an int64, which ends in 294247, and PostgreSQL's ends in 294276; its date32 holds no infinity; its time64 ends
+# before midnight, and PostgreSQL's time holds 24:00:00. The driver moves PostgreSQL's epoch (2000) to Arrow's
+# (1970) without an overflow check, so ±infinity and every time after Arrow's last wrap round to below the first
+# value PostgreSQL holds (4714-11-24 BC), where no value it holds lands: the reader checks each page for them (a
+# compare per value, instead of a condition the server evaluates on every row).
 _LAST_TIMESTAMP = "294247-01-10 04:00:54.775807"
 _FIRST_TIMESTAMP_US = -210866803200000000  # 4714-11-24 00:00:00 BC, PostgreSQL's first timestamp, from 1970
 _FIRST_DATE = -2440588  # 4714-11-24 BC, PostgreSQL's first date, in days from 1970
 _DAY_US = 86_400_000_000
 _BEYOND_ARROW: dict[str, tuple[tuple[int | None, int | None], str]] = {
-    "date": ((None, _FIRST_DATE), "infinity"),
-    "timestamp": ((None, _FIRST_TIMESTAMP_US), f"infinity or a time after {_LAST_TIMESTAMP}"),
-    "timestamptz": ((None, _FIRST_TIMESTAMP_US), f"infinity or a time after {_LAST_TIMESTAMP}+00"),
-    "time": ((_DAY_US, None), "24:00:00"),
+    "date": ((_FIRST_DATE, None), "infinity"),
+    "timestamp": ((_FIRST_TIMESTAMP_US, None), f"infinity or a time after {_LAST_TIMESTAMP}"),
+    "timestamptz": ((_FIRST_TIMESTAMP_US, None), f"infinity or a time after {_LAST_TIMESTAMP}+00"),
+    "time": ((None, _DAY_US), "24:00:00"),
 }
 # key columns: orderable types whose text form casts back to the same value
 _KEY_TYPES = {"int2", "int4", "int8", "numeric", "text", "varchar", "bpchar", "uuid", "date", "timestamp",
@@ -99,8 +99,8 @@ class Column:
     @property
     def beyond_arrow(self) -> tuple[tuple[int | None, int | None], str] | None:
         """For a natively read column whose server type holds values its Arrow type cannot: the range ``(low,
-        high)`` (inclusive, None: open) of the driver's values, as integers, that are such values, and what such a
-        value is, for the message; else None."""
+        high)`` of the driver's values, as integers, that its Arrow type holds (low included, high not, None: open),
+        and what a value outside it is, for the message; else None."""
         if self.arrow == pa.string() or self.base not in _BEYOND_ARROW:
             return None
         return _BEYOND_ARROW[self.base]

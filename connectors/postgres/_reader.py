@@ -38,30 +38,30 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
     def __init__(self, options: PostgresOptions, table: Table) -> None:
         self._options, self._table = options, table
         self._queue: SplitQueue[PostgresSplit, PostgresSplit] = SplitQueue(lambda split: split)
-        self._session: _Session | None = None
+        self._connection: _Connection | None = None
         self._events: list[ReadEvent] = []
 
     def add_splits(self, splits: Sequence[PostgresSplit]) -> None:
         self._queue.add(splits)
 
-    def _session_for(self, split: PostgresSplit) -> _Session:
-        if self._session is None:
-            session = _Session(conninfo(self._options) + f" options='{session_options()}'", self._options)
-            session.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    def _connection_for(self, split: PostgresSplit) -> _Connection:
+        if self._connection is None:
+            connection = _Connection(conninfo(self._options) + f" options='{session_options()}'", self._options)
+            connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if self._options.snapshot:
                 try:
-                    session.execute(f"SET TRANSACTION SNAPSHOT {literal(self._options.snapshot)}")
+                    connection.execute(f"SET TRANSACTION SNAPSHOT {literal(self._options.snapshot)}")
                 except Exception as exc:
-                    session.close()
+                    connection.close()
                     if split.by_blocks:
                         raise SnapshotGoneError(
                             f"the copy's snapshot {self._options.snapshot} is gone ({one_line(exc)}): block-range "
                             "splits cannot go on at another instant; run the copy again (it resumes, and refuses "
                             "if the table changed)", split_ids=(split.split_id,)) from None
                     self._reconnect_without_snapshot(split, exc)
-                    return self._session_for(split)
-            self._session = session
-        return self._session
+                    return self._connection_for(split)
+            self._connection = connection
+        return self._connection
 
     def _reconnect_without_snapshot(self, split: PostgresSplit, exc: BaseException) -> None:
         """Key ranges stay exact at a new instant: every key once, the rest of the run as of now."""
@@ -97,17 +97,18 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         table, options = self._table, self._options
         columns = [c.select for c in table.columns]
         conditions = [f"({options.where})"] if options.where else []
-        session = self._session_for(split)
+        connection = self._connection_for(split)
         if split.by_blocks:
             end = split.first_block + max(1, int(options.page_mb * 1024 * 1024) // BLOCK)
             if split.end_block >= 0:
                 end = min(end, split.end_block)
             conditions += [f"ctid >= '({split.first_block},0)'::tid", f"ctid < '({end},0)'::tid"]
-            page = session.query(f"SELECT {', '.join(columns)} FROM {split.relation} WHERE {' AND '.join(conditions)}")
+            where = " AND ".join(conditions)
+            page = connection.query(f"SELECT {', '.join(columns)} FROM {split.relation} WHERE {where}")
             if split.end_block >= 0:
                 done = end >= split.end_block
             else:
-                blocks = session.query(f"SELECT pg_relation_size({literal(split.relation)}::regclass) / {BLOCK}")
+                blocks = connection.query(f"SELECT pg_relation_size({literal(split.relation)}::regclass) / {BLOCK}")
                 done = end >= blocks.column(0)[0].as_py()
             after = narrowed(split, done=done, next_block=end)
         else:
@@ -118,8 +119,8 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
             # qualified: a column read as text has an output column of its name, which would sort as text
             order = ", ".join(f"{split.relation}.{ident(c.name)}" for c in table.key)
             where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-            page = session.query(f"SELECT {', '.join(columns + keys)} FROM {split.relation}{where} "
-                                f"ORDER BY {order} LIMIT {limit}")
+            page = connection.query(f"SELECT {', '.join(columns + keys)} FROM {split.relation}{where} "
+                                    f"ORDER BY {order} LIMIT {limit}")
             if page.num_rows < limit:
                 after = narrowed(split, done=True)
             else:
@@ -129,12 +130,12 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         return pa.RecordBatch.from_arrays(arrays, schema=table.schema), after
 
     def close(self) -> None:
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
-class _Session:
+class _Connection:
     """One ADBC connection and its statement, through the driver manager's own API (its DB-API layer imports
     pyarrow.dataset, and polars where installed: a tenth of a second in every process that reads)."""
 
@@ -220,7 +221,7 @@ def _refuse_beyond_arrow(table: Table, arrays: list[pa.Array], page: pa.RecordBa
             continue
         (low, high), what = beyond
         values = array.view(pa.int64() if array.type.bit_width == 64 else pa.int32())
-        hit = pc.greater_equal(values, low) if low is not None else pc.less_equal(values, high)
+        hit = pc.less(values, low) if low is not None else pc.greater_equal(values, high)
         if not pc.any(hit).as_py():
             continue
         row = ""

@@ -176,3 +176,25 @@ def test_values_arrow_cannot_hold_are_refused_in_one_line_and_copy_as_text(fidel
                               capture_output=True, text=True, env=fidelity15.run_env(), timeout=300)
         assert done.returncode == 0, done.stderr
         assert pq.read_table(out).column(name).to_pylist() == [text]
+
+
+def test_the_first_and_last_values_arrow_holds_are_copied(fidelity15: PostgresServer, tmp_path: Path) -> None:
+    """The values at each end of what both PostgreSQL and Arrow hold (the reader tells the values Arrow cannot
+    hold by where the driver puts them, just past these): copied, as the integers Arrow stores, not refused."""
+    edges = {"d": ("date", ["'4714-11-24 BC'", "'5874897-12-31'"], [-2440588, 2145042905]),
+             "ts": ("timestamp", ["'4714-11-24 00:00:00 BC'", "'294247-01-10 04:00:54.775807'"],
+                    [-210866803200000000, 2**63 - 1]),
+             "tz": ("timestamptz", ["'4714-11-24 00:00:00+00 BC'", "'294247-01-10 04:00:54.775807+00'"],
+                    [-210866803200000000, 2**63 - 1]),
+             "tm": ("time", ["'00:00:00'", "'23:59:59.999999'"], [0, 86_399_999_999])}
+    with fidelity15.connect() as conn:
+        conn.execute("DROP TABLE IF EXISTS fidelity_edges")
+        conn.execute("CREATE TABLE fidelity_edges (id int PRIMARY KEY, "
+                     + ", ".join(f"{n} {t}" for n, (t, _, _) in edges.items()) + ")")
+        for row in (0, 1):
+            conn.execute(f"INSERT INTO fidelity_edges VALUES ({row + 1}, "
+                         + ", ".join(values[row] for _, values, _ in edges.values()) + ")")
+    out = tmp_path / "edges"
+    assert copy("postgres", options(fidelity15, "fidelity_edges"), str(out), engine="local").total_rows == 2
+    got = plain_rows(pq.read_table(out))
+    assert {n: [got[1][n], got[2][n]] for n in edges} == {n: want for n, (_, _, want) in edges.items()}
