@@ -62,7 +62,10 @@ def test_a_sigkill_storm_ends_exact(postgres15: PostgresServer, table_name: str,
     monkeypatch.setenv("PGPASSWORD", postgres15.env["PGPASSWORD"])
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this environment's
     out = tmp_path / "out"
-    args = ["copy", *cli_options(postgres15, table_name, split_size_mb="0.1", page_rows="500", split_by=split_by),
+    # enough batches that ten kills, each up to 0.3 s after a commit, leave work for the next run: the local
+    # engine's batches are short (at 0.1 MiB splits its run outpaced the tenth kill in CI)
+    split_mb = "0.04" if engine == "local" else "0.1"
+    args = ["copy", *cli_options(postgres15, table_name, split_size_mb=split_mb, page_rows="500", split_by=split_by),
             "--output", str(out), "--engine", engine, *(["--workers", "2"] if engine == "local" else []),
             "--max-splits-per-batch", "2", "--quiet"]
     # a Spark engine's every third kill takes the coordinator alone: its JVM and Python workers find out themselves
