@@ -160,13 +160,14 @@ class LocalEngine:
             raise OptionsError(f"option 'workers': {workers} is not from 0 (one per core) to {MAX_WORKERS}")
         self.workers = workers
         # started now: their start-up (a Python, its imports) overlaps the copy's connecting, locking and planning
-        self._pool: _Workers | None = _Workers(workers or os.cpu_count() or 1)
+        self._count = workers or os.cpu_count() or 1
+        self._pool: _Workers | None = _Workers(self._count)
 
     def check_storage(self, places: list[tuple[str, Location]]) -> None:
         pass
 
     def run(self, run: CopyRun) -> EngineResult:
-        pool, self._pool = self._pool or _Workers(self.workers or os.cpu_count() or 1), None
+        pool, self._pool = self._pool or _Workers(self._count), None
         return _run_copy(run, pool)
 
     def close(self) -> None:
