@@ -86,6 +86,7 @@ def shared_session(options: CassandraOptions, *, schema_metadata: bool = False, 
                 or all(h.is_up is False for h in found[0].metadata.all_hosts()):
             if not _OPENED:
                 atexit.register(_shut_down_shared)
+            _SHARED.pop(key, None)  # gone before connecting, so a connect that fails leaves no half-replaced entry
             if found is not None and schema_metadata:
                 found[0].shutdown()  # or its control connection goes on reconnecting to what may be gone
                 _OPENED.remove(found[0])

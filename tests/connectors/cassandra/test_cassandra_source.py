@@ -246,6 +246,21 @@ def test_a_process_opens_one_session_for_its_readers_and_one_for_planning(loaded
             host.set_down()
         assert _session.shared_session(source.options, schema_metadata=True)[0] is not held
         assert len(opened) == 3 and source.plan()
+        # a renewal whose connect fails (the node still down) leaves nothing behind: the next call connects anew
+        failed: list[bool] = []
+
+        def failing_once(*args: Any, **kwargs: Any) -> Any:
+            if not failed:
+                failed.append(True)
+                raise _session.CassandraConnectionError("injected: the node is still down")
+            return counting(*args, **kwargs)
+
+        monkeypatch.setattr(_session, "connect", failing_once)
+        with pytest.raises(_session.CassandraConnectionError, match="injected"):
+            _session.shared_session(source.options, schema_metadata=True, renew=True)
+        assert failed, "the injected failure never ran"
+        assert _session.shared_session(source.options, schema_metadata=True, renew=True)[0] is not held
+        assert len(opened) == 4 and source.plan()
     finally:
         session.execute(f"DROP TABLE IF EXISTS {KS}.fresh")
         cluster.shutdown()
