@@ -1,6 +1,7 @@
 """Copies from a real PostgreSQL, checked against the rows the test inserted: exact on both servers, through a
 storm of SIGKILLs, at one instant while writers run, across a killed backend, and refused in one line where it
-must be (a wrong password, a missing privilege, a column added between a kill and the re-run)."""
+must be (a wrong password, a missing privilege, a column added between a kill and the re-run, another server
+behind the re-run); and verify names the rows that differ."""
 
 from __future__ import annotations
 
@@ -171,20 +172,25 @@ def test_wrong_password_and_missing_privilege_are_one_line(postgres15: PostgresS
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing claimed
 
 
-def test_a_column_added_between_a_kill_and_the_rerun_is_refused(postgres15: PostgresServer, table_name: str,
-                                                                tmp_path: Path) -> None:
-    make_events(postgres15, table_name, 30_000)
-    out = tmp_path / "out"
-    args = [*cli_options(postgres15, table_name, split_size_mb="0.1"), "--output", str(out), "--engine", "local",
-            "--max-splits-per-batch", "1", "--quiet"]
+def _killed_after_a_commit(server: PostgresServer, args: list[str], out: Path) -> None:
+    """Start ``splitsource copy args`` and SIGKILL it once it has committed a batch into ``out``."""
     proc = subprocess.Popen([*CLI, "copy", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=postgres15.run_env(), start_new_session=True)
+                            env=server.run_env(), start_new_session=True)
     deadline = time.monotonic() + 120
     while _polled_rows(out) == 0:
         assert proc.poll() is None and time.monotonic() < deadline, "the copy committed nothing"
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def test_a_column_added_between_a_kill_and_the_rerun_is_refused(postgres15: PostgresServer, table_name: str,
+                                                                tmp_path: Path) -> None:
+    make_events(postgres15, table_name, 30_000)
+    out = tmp_path / "out"
+    args = [*cli_options(postgres15, table_name, split_size_mb="0.1"), "--output", str(out), "--engine", "local",
+            "--max-splits-per-batch", "1", "--quiet"]
+    _killed_after_a_commit(postgres15, args, out)
     with postgres15.connect() as conn:
         conn.execute(f"ALTER TABLE {table_name} ADD COLUMN extra int")
     again = _copy(postgres15, args)
@@ -220,3 +226,42 @@ def test_a_server_restarted_mid_copy_is_waited_for_and_the_copy_ends_exact(postg
     # a reader reading at the instant retries (a transient error), one starting after it finds the snapshot gone
     assert resumed and (int(resumed.group(1)) > 0 or lost), f"no reader met the restart: {stdout}"
     assert sorted(r[0] for r in _rows(out, "id")) == list(range(1, 40_001))
+
+
+def test_a_rerun_against_another_server_is_refused(postgres15: PostgresServer, postgres18: PostgresServer,
+                                                   table_name: str, tmp_path: Path) -> None:
+    """The same table, with the same rows, on another server: the checkpoint records the server it read (its
+    system identifier), so the re-run refuses instead of mixing two servers' rows in one output."""
+    for server in (postgres15, postgres18):
+        make_events(server, table_name, 30_000)
+    out = tmp_path / "out"
+    common = ["--output", str(out), "--engine", "local", "--max-splits-per-batch", "1", "--quiet"]
+    _killed_after_a_commit(postgres15, [*cli_options(postgres15, table_name, split_size_mb="0.1"), *common], out)
+    committed = _polled_rows(out)
+    other = _copy(postgres18, [*cli_options(postgres18, table_name, split_size_mb="0.1"), *common])
+    assert other.returncode != 0 and len(other.stderr.strip().splitlines()) == 1, other.stderr
+    assert "system_identifier" in other.stderr and "mix two sources" in other.stderr, other.stderr
+    assert _polled_rows(out) == committed  # nothing of the other server's
+    again = _copy(postgres15, [*cli_options(postgres15, table_name, split_size_mb="0.1"), *common])
+    assert again.returncode == 0, again.stderr
+    assert sorted(r[0] for r in _rows(out, "id")) == list(range(1, 30_001))
+
+
+def test_verify_names_the_rows_that_differ_by_key(postgres15: PostgresServer, table_name: str,
+                                                  tmp_path: Path) -> None:
+    """A row changed and a row deleted in the source after the copy: verify says MISMATCH and names both by key,
+    with the changed column's two values."""
+    make_events(postgres15, table_name, 5_000)
+    out = tmp_path / "out"
+    done = _copy(postgres15, [*cli_options(postgres15, table_name), "--output", str(out), "--quiet"])
+    assert done.returncode == 0, done.stderr
+    with postgres15.connect() as conn:
+        conn.execute(f"UPDATE {table_name} SET name = 'renamed' WHERE id = 1234")
+        conn.execute(f"DELETE FROM {table_name} WHERE id = 4321")
+    verified = subprocess.run([*CLI, "verify", *cli_options(postgres15, table_name), "--output", str(out)],
+                              capture_output=True, text=True, env=postgres15.run_env(), timeout=300)
+    assert verified.returncode != 0 and verified.stdout.startswith("MISMATCH"), verified.stdout + verified.stderr
+    lines = [line.strip() for line in verified.stdout.splitlines()]
+    assert any(line.startswith("""key id=1234: column 'name': source "renamed", output "name 1234" (""")
+               for line in lines), verified.stdout
+    assert any(line.startswith("key id=4321: in the output, not in the source (") for line in lines), verified.stdout

@@ -1,16 +1,20 @@
 """PostgreSQL through Spark: ``spark.read.format("splitsource")`` and a SQL view read exactly the inserted rows,
 and Spark's filters pushed into the server's query (text compared by bytes, as Spark compares strings; NULLs
-left out as Spark leaves them) give the same rows as the same filters evaluated by Spark."""
+left out as Spark leaves them) give the same rows as the same filters evaluated by Spark; a role with only SELECT
+copies, verifies and reads."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.connectors.postgres.conftest import expected_events, make_events
 from tests.fixtures import PostgresServer
+from tests.splitsource.copyjob.test_copy import CLI
 
 PROVING = "tests.connectors.postgres.proving_source:ProvingPostgresSource"
 ROWS = 3_000
@@ -61,6 +65,29 @@ def test_a_sql_view_reads_the_table(postgres15: PostgresServer, table_name: str,
     assert (count, total, nulls) == (ROWS, ROWS * (ROWS + 1) // 2, ROWS // 10)
     spark.catalog.dropTempView("pg_events")
 
+
+def test_a_role_with_only_select_copies_verifies_and_reads(postgres15: PostgresServer, table_name: str,
+                                                           spark: Any, tmp_path: Path) -> None:
+    """A login granted SELECT on the table and nothing else: the copy (its snapshot, its plan from pg_stats, the
+    server's identity), verify and a Spark read all work with it."""
+    make_events(postgres15, table_name, ROWS)
+    with postgres15.connect() as conn:
+        conn.execute("DROP ROLE IF EXISTS only_select")  # its grant went with the table make_events dropped
+        conn.execute("CREATE ROLE only_select LOGIN PASSWORD 'secret-os' NOSUPERUSER NOCREATEDB NOCREATEROLE")
+        conn.execute(f"GRANT SELECT ON {table_name} TO only_select")
+    dsn = postgres15.dsn.replace("user=postgres", "user=only_select")
+    env = {**postgres15.run_env(), "PGPASSWORD": "secret-os"}
+    args = ["--connector", "postgres", "-o", f"dsn={dsn}", "-o", f"table={table_name}", "-o", "split_size_mb=0.05",
+            "--output", str(tmp_path / "out")]
+    copied = subprocess.run([*CLI, "copy", *args, "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+    assert copied.returncode == 0, copied.stderr
+    ids = pq.read_table(tmp_path / "out", columns=["id"]).column("id").to_pylist()
+    assert sorted(ids) == list(range(1, ROWS + 1))
+    verified = subprocess.run([*CLI, "verify", *args], capture_output=True, text=True, env=env, timeout=300)
+    assert verified.returncode == 0 and verified.stdout.startswith("MATCH"), verified.stdout + verified.stderr
+    df = (spark.read.format("splitsource").option("connector", "postgres")
+          .options(dsn=dsn, password="secret-os", table=table_name, split_size_mb="0.05").load())
+    assert df.selectExpr("count(*)", "sum(id)").first() == (ROWS, ROWS * (ROWS + 1) // 2)
 
 @pytest.fixture(autouse=True)
 def _utc(spark: Any) -> None:
