@@ -189,6 +189,11 @@ class SplitEnumerator(abc.ABC, Generic[SplitT, PositionT]):
         """Take back splits (or remaining parts of splits) that a failed reader did not finish."""
         self._pending.extend(splits)
 
+    def _serve_first(self, split: SplitT) -> None:
+        """Undo the last :meth:`next_split`: ``split``, just served, is served again by the next call (the framework
+        uses it when a batch is full; connectors never call it)."""
+        self._pending.appendleft(split)
+
     def snapshot_state(self) -> EnumeratorState[SplitT, PositionT]:
         return EnumeratorState(pending=tuple(self._pending), position=self.position())
 

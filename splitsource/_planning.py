@@ -98,7 +98,8 @@ class FrameworkOptions:
     max_backoff_ms: int = option(10_000, doc="longest retry wait in ms", minimum=0)
     max_splits_per_batch: int = option(0, doc="streaming and copy: splits per batch (0: by max_bytes_per_batch_mb)",
                                        minimum=0)
-    max_bytes_per_batch_mb: float = option(256.0, doc="streaming and copy: estimated size of a batch's splits",
+    max_bytes_per_batch_mb: float = option(256.0, doc="streaming and copy: most estimated size of a batch's "
+                                                      "splits (a larger split is a batch of its own)",
                                            minimum=0.001)
     max_rows_per_second: float = option(0.0, doc="the whole job reads at most this many rows per second, shared "
                                              "by the readers that run at once (0: no limit)", minimum=0.0)

@@ -71,28 +71,55 @@ def test_without_a_plan_location_the_plan_travels_in_each_offset(tmp_path: Path)
     assert all("plan_state" in o for o in offsets) and len(ids) == 10
 
 
+# by count; and by size, where the ring's splits (1,000,000, 500,000 or 333,333 bytes) rarely fill a batch exactly
+LIMITS = {"splits": BatchLimit(max_splits=2000), "bytes": BatchLimit(max_bytes=1_000_000_000)}
+
+
+@pytest.mark.parametrize("limit", LIMITS)
 @pytest.mark.parametrize("restart_every", [1, 3])
 def test_a_restart_restores_the_enumerator_from_the_plan_and_takes_the_same_splits(tmp_path: Path,
-                                                                                   restart_every: int) -> None:
+                                                                                   restart_every: int,
+                                                                                   limit: str) -> None:
     source = ring_source()
     store = PlanStore(locate(str(tmp_path / "plans")))
     fingerprint = source_fingerprint(source)
-    expected = drain(source, store, BatchLimit(max_splits=2000))[1]
+    expected = drain(source, store, LIMITS[limit])[1]
     offset = initial_offset(source, fingerprint, 2, store)
     ids: list[str] = []
-    restarts = 0
+    restarts = batches = 0
     while True:
-        if len(ids) // 2000 % restart_every == 0:
+        if batches % restart_every == 0:
             _LIVE.keep(("nothing", "", 0), ring_source().create_enumerator(None))  # a new process: nothing kept
             restarts += 1
-        end = next_offset(ring_source(), fingerprint, json.loads(json.dumps(offset)), 2, BatchLimit(max_splits=2000),
-                          store)
+        end = next_offset(ring_source(), fingerprint, json.loads(json.dumps(offset)), 2, LIMITS[limit], store)
         if end is None:
             break
         ids.extend(s.split_id for s in offset_splits(source, end))
-        offset = end
+        offset, batches = end, batches + 1
     assert restarts > 5, "the test must restart between batches"
     assert ids == expected
+
+
+def test_a_batch_by_size_holds_at_most_its_limit() -> None:
+    """Sixty equal splits under a limit of 25.5 of them: 25 in each batch (never a 26th that goes over it), then the
+    rest; under a limit smaller than one split, each split is a batch of its own."""
+    options = {"rows": "60000", "split_rows": "1000"}
+    first = GeneratorSource(options).create_enumerator(None).next_split()  # type: ignore[arg-type]
+    assert first is not None and first.estimated_size_bytes > 0
+    split = first.estimated_size_bytes
+
+    def batches(limit: int) -> list[int]:
+        source = GeneratorSource(options)
+        fingerprint = source_fingerprint(source)
+        offsets = [initial_offset(source, fingerprint, 2, PlanStore())]
+        while (end := next_offset(source, fingerprint, offsets[-1], 2, BatchLimit(max_bytes=limit), PlanStore())):
+            offsets.append(end)
+        ids = [s.split_id for o in offsets[1:] for s in offset_splits(source, o)]
+        assert ids == [f"generator-{i}" for i in range(60)], "each split once, in order"
+        return [len(offset_splits(source, o)) for o in offsets[1:]]
+
+    assert batches(split * 51 // 2) == [25, 25, 10]
+    assert batches(split // 2) == [1] * 60
 
 
 def test_a_missing_or_corrupt_plan_is_one_clear_refusal(tmp_path: Path) -> None:
