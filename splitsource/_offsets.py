@@ -206,9 +206,8 @@ def unsized(splits: Sequence[Split], limit: BatchLimit) -> bool:
 def _take(enumerator: SplitEnumerator[Any, Any], limit: BatchLimit) -> list[Split]:
     """The next batch's splits: ``limit.max_splits`` of them, or as many as fit in ``limit.max_bytes`` of estimated
     size (at least one: a split larger than the limit is a batch of its own), as Spark's ``maxBytesPerTrigger``
-    admits files. The split that would go over the limit is served first to the next batch, exactly where a
-    restored enumerator cuts it again. Before, a batch took splits until it reached the limit: four 63 MB splits
-    under 256 MB took a fifth, and two local workers ended each such batch with one of them idle for a split."""
+    admits files: the limit bounds what a kill makes a copy read again. The split that would go over the limit is
+    served first to the next batch, exactly where a restored enumerator cuts it again."""
     batch: list[Split] = []
     size = 0
     while True:
