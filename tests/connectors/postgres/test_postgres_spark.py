@@ -68,8 +68,8 @@ def test_a_sql_view_reads_the_table(postgres15: PostgresServer, table_name: str,
 
 def test_a_role_with_only_select_copies_verifies_and_reads(postgres15: PostgresServer, table_name: str,
                                                            spark: Any, tmp_path: Path) -> None:
-    """A login granted SELECT on the table and nothing else: the copy (its snapshot, its plan from pg_stats, the
-    server's identity), verify and a Spark read all work with it."""
+    """A login granted SELECT on the table and nothing else: the copy (its snapshot, its plan from a sample of the
+    table, the server's identity), verify and a Spark read all work with it."""
     make_events(postgres15, table_name, ROWS)
     with postgres15.connect() as conn:
         conn.execute("DROP ROLE IF EXISTS only_select")  # its grant went with the table make_events dropped
