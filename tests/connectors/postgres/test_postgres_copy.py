@@ -235,14 +235,18 @@ def test_a_rerun_against_another_server_is_refused(postgres15: PostgresServer, p
     for server in (postgres15, postgres18):
         make_events(server, table_name, 30_000)
     out = tmp_path / "out"
-    common = ["--output", str(out), "--engine", "local", "--max-splits-per-batch", "1", "--quiet"]
-    _killed_after_a_commit(postgres15, [*cli_options(postgres15, table_name, split_size_mb="0.1"), *common], out)
+
+    def args(server: PostgresServer) -> list[str]:
+        return [*cli_options(server, table_name, split_size_mb="0.1"), "--output", str(out), "--engine", "local",
+                "--max-splits-per-batch", "1", "--quiet"]
+
+    _killed_after_a_commit(postgres15, args(postgres15), out)
     committed = _polled_rows(out)
-    other = _copy(postgres18, [*cli_options(postgres18, table_name, split_size_mb="0.1"), *common])
+    other = _copy(postgres18, args(postgres18))
     assert other.returncode != 0 and len(other.stderr.strip().splitlines()) == 1, other.stderr
     assert "system_identifier" in other.stderr and "mix two sources" in other.stderr, other.stderr
     assert _polled_rows(out) == committed  # nothing of the other server's
-    again = _copy(postgres15, [*cli_options(postgres15, table_name, split_size_mb="0.1"), *common])
+    again = _copy(postgres15, args(postgres15))
     assert again.returncode == 0, again.stderr
     assert sorted(r[0] for r in _rows(out, "id")) == list(range(1, 30_001))
 
