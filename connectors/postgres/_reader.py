@@ -188,8 +188,10 @@ def _arrays(table: Table, page: pa.RecordBatch) -> list[pa.Array]:
     return [_uuid_text(page.column(i)) if c.uuid_bytes else page.column(i) for i, c in enumerate(table.columns)]
 
 
-_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-_UUID_DIGITS = np.array([i for i in range(36) if i not in (8, 13, 18, 23)])  # where a uuid's 32 hex digits go
+_HEX = b"0123456789abcdef"
+# each byte's two hex digits, as one uint16 in memory order: a uuid's 16 bytes take 16 lookups, not 32 scatters
+_HEX_PAIRS = np.frombuffer(bytes(d for i in range(256) for d in (_HEX[i >> 4], _HEX[i & 15])), dtype=np.uint16)
+_UUID_GROUPS = ((0, 8), (9, 13), (14, 18), (19, 23), (24, 36))  # where a uuid's 32 hex digits go, in 5 groups
 
 
 def _uuid_text(array: pa.Array) -> pa.Array:
@@ -201,9 +203,12 @@ def _uuid_text(array: pa.Array) -> pa.Array:
         return pa.array([], pa.string())
     total = array.offset + len(array)
     raw = np.frombuffer(array.buffers()[1], dtype=np.uint8, count=16 * total).reshape(total, 16)
+    digits = np.take(_HEX_PAIRS, raw).view(np.uint8)
     text = np.full((total, 36), ord("-"), dtype=np.uint8)
-    text[:, _UUID_DIGITS[0::2]] = _HEX[raw >> 4]
-    text[:, _UUID_DIGITS[1::2]] = _HEX[raw & 15]
+    at = 0
+    for start, end in _UUID_GROUPS:
+        text[:, start:end] = digits[:, at:at + end - start]
+        at += end - start
     offsets = np.arange(0, 36 * (total + 1), 36, dtype=np.int32)
     return pa.StringArray.from_buffers(len(array), pa.py_buffer(offsets), pa.py_buffer(text), array.buffers()[0],
                                        array.null_count, array.offset)
