@@ -1,8 +1,11 @@
 """Parquet part files: a bulk format (a file is readable only once its footer is written, so it rolls at every
-commit); row groups gathered from Spark's small Arrow batches."""
+commit); row groups gathered from Spark's small Arrow batches, and dictionary encoding only where it pays."""
 
 from __future__ import annotations
 
+import functools
+import io
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +30,8 @@ class _ParquetWriter(PartFileWriter):
 
     def __init__(self, stream: Any, schema: pa.Schema, compression: str) -> None:
         super().__init__(stream)
-        self._writer = pq.ParquetWriter(stream, schema, compression=compression)
+        self._writer: pq.ParquetWriter | None = None  # opened at the first row group, which picks its dictionaries
+        self._compression = compression
         self._schema = schema
         self._buffer: list[pa.RecordBatch] = []
         self._small = 0  # batches at the end of the buffer not compacted yet
@@ -56,8 +60,15 @@ class _ParquetWriter(PartFileWriter):
 
     def _write_row_group(self) -> None:
         if self._buffer:
-            self._writer.write_table(pa.Table.from_batches(self._buffer, self._schema), row_group_size=self._rows)
+            table = pa.Table.from_batches(self._buffer, self._schema)
+            self._open(table).write_table(table, row_group_size=self._rows)
         self._buffer, self._small, self._rows, self._bytes = [], 0, 0, 0
+
+    def _open(self, first: pa.Table | None) -> pq.ParquetWriter:
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self._stream, self._schema, compression=self._compression,
+                                            use_dictionary=dictionary_columns(first))
+        return self._writer
 
     @property
     def length(self) -> int:
@@ -76,10 +87,78 @@ class _ParquetWriter(PartFileWriter):
 
     def close(self) -> int:
         self._write_row_group()
-        self._writer.close()  # writes the footer into the stream
+        self._open(None).close()  # writes the footer into the stream
         length = int(self._stream.tell())
         self._stream.close()
         return length
+
+
+# the rows a file's dictionaries are chosen on: about a first page of values, as parquet-mr decides on its first page
+DECIDE_ON_ROWS = 20_000
+
+
+def dictionary_columns(first: pa.Table | None) -> bool | list[str]:
+    """The columns (Parquet leaf paths) to dictionary-encode in a file whose first row group is ``first``.
+
+    pyarrow encodes every column with a dictionary until the dictionary passes 1 MiB, so a column of distinct values
+    is hashed value by value and, in a row group of 100,000 such rows, written as a dictionary of them all plus an
+    index per row: more CPU and a larger file than the values written plainly. parquet-mr, Spark's writer, falls
+    back to plain values when its first page's dictionary and indices are no smaller than the values. Here the same
+    test decides each top-level column of simple type on the first ``DECIDE_ON_ROWS`` rows of the file (a count of
+    their distinct values); nested columns keep their dictionaries, and a file whose first row group is smaller is
+    encoded as pyarrow does. Measured in docs/sink.md."""
+    if first is None or first.num_rows < DECIDE_ON_ROWS:
+        return True
+    import pyarrow.compute as pc
+
+    sample = first.slice(0, DECIDE_ON_ROWS)
+    chosen = []
+    for field, paths, column in zip(sample.schema, _leaf_paths(sample.schema), sample.columns, strict=True):
+        kind = field.type
+        simple = not pa.types.is_nested(kind) and not pa.types.is_dictionary(kind) and not pa.types.is_boolean(kind)
+        if not simple or _dictionary_pays(column, kind, pc):
+            chosen += paths
+    return chosen
+
+
+def _dictionary_pays(column: pa.ChunkedArray, kind: pa.DataType, pc: Any) -> bool:
+    values = len(column) - column.null_count
+    if values == 0:
+        return True
+    distinct = pc.count_distinct(column).as_py()
+    if pa.types.is_binary(kind) or pa.types.is_string(kind) or pa.types.is_large_binary(kind) or \
+            pa.types.is_large_string(kind) or pa.types.is_binary_view(kind) or pa.types.is_string_view(kind):
+        plain = (pc.sum(pc.binary_length(column)).as_py() or 0) + 4 * values  # Parquet writes each length in 4 bytes
+    else:
+        plain = values * (kind.bit_width // 8)
+    index_bytes = values * max(1, math.ceil(math.log2(max(distinct, 2)))) / 8
+    return bool(plain * distinct / values + index_bytes < plain)
+
+
+@functools.lru_cache(maxsize=64)
+def _leaf_paths(schema: pa.Schema) -> list[list[str]]:
+    """Each top-level column's Parquet leaf paths (``tags.list.element``), as pyarrow names them."""
+    sink = io.BytesIO()
+    pq.write_table(schema.empty_table(), sink)
+    parquet = pq.ParquetFile(io.BytesIO(sink.getvalue())).schema
+    paths = [parquet.column(i).path for i in range(len(parquet))]
+    out, at = [], 0
+    for field in schema:
+        count = _leaves(field.type)
+        out.append(paths[at:at + count])
+        at += count
+    return out
+
+
+def _leaves(kind: pa.DataType) -> int:
+    if pa.types.is_struct(kind):
+        return sum(_leaves(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _leaves(kind.key_type) + _leaves(kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind) or \
+            pa.types.is_list_view(kind) or pa.types.is_large_list_view(kind):
+        return _leaves(kind.value_type)
+    return 1
 
 
 class ParquetFormat(FileFormat):

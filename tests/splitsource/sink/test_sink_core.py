@@ -63,6 +63,33 @@ def test_rolls_by_size_and_every_finished_file_is_readable(tmp_path: Path) -> No
     assert len({f.counter for f in files}) == len(files)  # one counter per file, never reused
 
 
+def _dictionary_encoded(path: Path) -> dict[str, bool]:
+    meta = pq.ParquetFile(path).metadata
+    group = meta.row_group(0)
+    return {group.column(i).path_in_schema: "RLE_DICTIONARY" in group.column(i).encodings
+            for i in range(meta.num_columns)}
+
+
+@pytest.mark.parametrize("rows", [50_000, 100])
+def test_parquet_keeps_a_dictionary_only_where_it_pays(tmp_path: Path, rows: int) -> None:
+    """A column of distinct values is written plainly, one of few values, a nested one and a small file's every
+    column with a dictionary; DuckDB reads back every inserted value."""
+    import duckdb
+
+    cities = [None if i % 11 == 0 else f"city {i % 300}" for i in range(rows)]
+    data = pa.record_batch({"id": pa.array(range(rows), pa.int64()), "name": [f"customer {i}" for i in range(rows)],
+                            "city": cities, "tags": [[f"t{i % 5}"] for i in range(rows)]})
+    opts, committer = sink(tmp_path, format="parquet")
+    writer = BucketingSinkWriter(opts, data.schema, pafs.LocalFileSystem(), str(tmp_path), task="t")
+    writer.write(data)
+    committer.commit(committer.combine(writer.prepare_commit(end_of_input=True), kind="append", write_id="w"))
+    [path] = [p for p in tmp_path.glob("*.parquet")]
+    large = rows >= 20_000
+    assert _dictionary_encoded(path) == {"id": not large, "name": not large, "city": True, "tags.list.element": True}
+    read = duckdb.sql(f"SELECT id, name, city, tags FROM '{path}' ORDER BY id").fetchall()
+    assert read == [(i, f"customer {i}", cities[i], [f"t{i % 5}"]) for i in range(rows)]
+
+
 def test_rolls_a_bucket_after_inactivity(tmp_path: Path) -> None:
     opts, _ = sink(tmp_path, format="jsonl", bucketer="columns", bucket_columns="k", inactivity_s="10")
     now = {"t": 0.0}
