@@ -80,14 +80,15 @@ def default_dir(version: str) -> Path:
 
 
 def _as_server_user() -> dict[str, object]:
-    """subprocess arguments that run a command as the unprivileged server user when this script is root."""
+    """subprocess arguments that run a command as the unprivileged server user when this script is root, from
+    ``/`` (a root-only working directory made the server's tools print "could not change directory")."""
     if os.geteuid() != 0:
         return {}
     try:
         pwd.getpwnam(USER)
     except KeyError:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], check=True)
-    return {"user": USER, "group": pwd.getpwnam(USER).pw_gid}
+    return {"user": USER, "group": pwd.getpwnam(USER).pw_gid, "cwd": "/"}
 
 
 def _own(path: Path) -> None:
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "restart":
             cmd.add_argument("--immediate", action="store_true", help="an immediate shutdown, then recovery")
     args = parser.parse_args(argv)
-    root = args.dir or default_dir(args.version)
+    root = (args.dir or default_dir(args.version)).absolute()
     if args.command == "start":
         for key, value in start(root, args.version, args.port or PORTS[args.version], args.tls).items():
             print(f"export {key}={value}")
