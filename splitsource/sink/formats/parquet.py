@@ -112,32 +112,44 @@ def dictionary_columns(first: pa.Table | None) -> bool | list[str]:
     import pyarrow.compute as pc
 
     sample = first.slice(0, DECIDE_ON_ROWS)
+    paths = _leaf_paths(sample.schema)
+    if paths is None:
+        return True
     chosen = []
-    for field, paths, column in zip(sample.schema, _leaf_paths(sample.schema), sample.columns, strict=True):
-        kind = field.type
-        simple = not pa.types.is_nested(kind) and not pa.types.is_dictionary(kind) and not pa.types.is_boolean(kind)
-        if not simple or _dictionary_pays(column, kind, pc):
-            chosen += paths
+    for field, leaves, column in zip(sample.schema, paths, sample.columns, strict=True):
+        plain = _plain_bytes(column, field.type, pc)
+        if plain is None or _dictionary_pays(column, plain, pc):
+            chosen += leaves
     return chosen
 
 
-def _dictionary_pays(column: pa.ChunkedArray, kind: pa.DataType, pc: Any) -> bool:
+def _plain_bytes(column: pa.ChunkedArray, kind: pa.DataType, pc: Any) -> int | None:
+    """The bytes of the column's values written plainly (a string's length takes 4), or None for a type this test
+    leaves to pyarrow (nested, dictionary, boolean, extension types)."""
+    values = len(column) - column.null_count
+    if any(test(kind) for test in (pa.types.is_binary, pa.types.is_string, pa.types.is_large_binary,
+                                   pa.types.is_large_string, pa.types.is_binary_view, pa.types.is_string_view)):
+        return int((pc.sum(pc.binary_length(column)).as_py() or 0) + 4 * values)
+    if any(test(kind) for test in (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
+                                   pa.types.is_temporal, pa.types.is_fixed_size_binary)):
+        return int(values * (kind.bit_width // 8))
+    return None
+
+
+def _dictionary_pays(column: pa.ChunkedArray, plain: int, pc: Any) -> bool:
+    """Whether the distinct values once, and an index per value, take fewer bytes than the values."""
     values = len(column) - column.null_count
     if values == 0:
         return True
     distinct = pc.count_distinct(column).as_py()
-    if pa.types.is_binary(kind) or pa.types.is_string(kind) or pa.types.is_large_binary(kind) or \
-            pa.types.is_large_string(kind) or pa.types.is_binary_view(kind) or pa.types.is_string_view(kind):
-        plain = (pc.sum(pc.binary_length(column)).as_py() or 0) + 4 * values  # Parquet writes each length in 4 bytes
-    else:
-        plain = values * (kind.bit_width // 8)
     index_bytes = values * max(1, math.ceil(math.log2(max(distinct, 2)))) / 8
     return bool(plain * distinct / values + index_bytes < plain)
 
 
 @functools.lru_cache(maxsize=64)
-def _leaf_paths(schema: pa.Schema) -> list[list[str]]:
-    """Each top-level column's Parquet leaf paths (``tags.list.element``), as pyarrow names them."""
+def _leaf_paths(schema: pa.Schema) -> list[list[str]] | None:
+    """Each top-level column's Parquet leaf paths (``tags.list.element``), as pyarrow names them; None where the
+    leaves counted here are not the file's."""
     sink = io.BytesIO()
     pq.write_table(schema.empty_table(), sink)
     parquet = pq.ParquetFile(io.BytesIO(sink.getvalue())).schema
@@ -147,7 +159,7 @@ def _leaf_paths(schema: pa.Schema) -> list[list[str]]:
         count = _leaves(field.type)
         out.append(paths[at:at + count])
         at += count
-    return out
+    return out if at == len(paths) else None
 
 
 def _leaves(kind: pa.DataType) -> int:
