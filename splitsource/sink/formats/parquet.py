@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -109,39 +110,49 @@ def dictionary_columns(first: pa.Table | None) -> bool | list[str]:
     encoded as pyarrow does. Measured in docs/sink.md."""
     if first is None or first.num_rows < DECIDE_ON_ROWS:
         return True
-    import pyarrow.compute as pc
-
     sample = first.slice(0, DECIDE_ON_ROWS)
     paths = _leaf_paths(sample.schema)
     if paths is None:
         return True
     chosen = []
     for field, leaves, column in zip(sample.schema, paths, sample.columns, strict=True):
-        plain = _plain_bytes(column, field.type, pc)
-        if plain is None or _dictionary_pays(column, plain, pc):
+        if not _simple(field.type) or _dictionary_pays(column.combine_chunks(), field.type):
             chosen += leaves
     return chosen
 
 
-def _plain_bytes(column: pa.ChunkedArray, kind: pa.DataType, pc: Any) -> int | None:
-    """The bytes of the column's values written plainly (a string's length takes 4), or None for a type this test
-    leaves to pyarrow (nested, dictionary, boolean, extension types)."""
-    values = len(column) - column.null_count
-    if any(test(kind) for test in (pa.types.is_binary, pa.types.is_string, pa.types.is_large_binary,
-                                   pa.types.is_large_string, pa.types.is_binary_view, pa.types.is_string_view)):
-        return int((pc.sum(pc.binary_length(column)).as_py() or 0) + 4 * values)
-    if any(test(kind) for test in (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal,
-                                   pa.types.is_temporal, pa.types.is_fixed_size_binary)):
-        return int(values * (kind.bit_width // 8))
-    return None
+_VARIABLE = (pa.types.is_binary, pa.types.is_string, pa.types.is_large_binary, pa.types.is_large_string)
+_FIXED = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_temporal,
+          pa.types.is_fixed_size_binary)
 
 
-def _dictionary_pays(column: pa.ChunkedArray, plain: int, pc: Any) -> bool:
-    """Whether the distinct values once, and an index per value, take fewer bytes than the values."""
-    values = len(column) - column.null_count
+def _simple(kind: pa.DataType) -> bool:
+    """A type whose plain size the test knows; the rest (nested, dictionary, boolean, extension) is pyarrow's."""
+    return any(test(kind) for test in _VARIABLE + _FIXED)
+
+
+def _dictionary_pays(array: pa.Array, kind: pa.DataType) -> bool:
+    """Whether the distinct values once, and an index per value, take fewer bytes than the values written plainly
+    (a string's length takes 4). Counted without ``pyarrow.compute``, which a plain copy does not load (9 MB in
+    each process, docs/benchmarks.md): strings as a set, fixed-width values by numpy on their bytes."""
+    values = len(array) - array.null_count
     if values == 0:
         return True
-    distinct = pc.count_distinct(column).as_py()
+    if any(test(kind) for test in _VARIABLE):
+        offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if pa.types.is_large_binary(kind) or
+                                pa.types.is_large_string(kind) else np.int32)
+        plain = int(offsets[array.offset + len(array)] - offsets[array.offset]) + 4 * values
+        distinct = len(set(array.to_pylist()) - {None})
+    else:
+        width = kind.bit_width // 8
+        plain = values * width
+        raw = np.frombuffer(array.buffers()[1], dtype=np.uint8)
+        raw = raw[array.offset * width:(array.offset + len(array)) * width]
+        if width in (1, 2, 4, 8):
+            distinct = len(np.unique(raw.view(f"u{width}")))  # a null's slot counts at most once more
+        else:
+            data = raw.tobytes()
+            distinct = len({data[i:i + width] for i in range(0, len(data), width)})
     index_bytes = values * max(1, math.ceil(math.log2(max(distinct, 2)))) / 8
     return bool(plain * distinct / values + index_bytes < plain)
 

@@ -42,3 +42,29 @@ def test_a_cassandra_copy_to_parquet_does_not_load_pyarrow_compute(tmp_path: Pat
     values, loaded = done.stdout.splitlines()
     assert values == str([0, None, 1_700_000_000_123_000, -1000])
     assert loaded == "False", "a module imports pyarrow.compute at its top again: import it where it is used"
+
+
+_LARGE_PARQUET = """
+import sys
+import pyarrow as pa
+import pyarrow.parquet as pq
+from splitsource.sink.formats import FORMATS
+
+rows = 30_000  # past the rows a file's dictionaries are chosen on
+batch = pa.record_batch({"id": pa.array(range(rows), pa.int64()), "tag": [f"t{i % 7}" for i in range(rows)]})
+with pa.OSFile(sys.argv[1], "wb") as stream:
+    writer = FORMATS["parquet"].open(stream, batch.schema, compression="snappy", header=False, fresh=True)
+    writer.write(batch)
+    writer.close()
+print("pyarrow.compute" in sys.modules)
+print(pq.ParquetFile(sys.argv[1]).metadata.num_rows)
+"""
+
+
+def test_choosing_a_large_files_dictionaries_does_not_load_pyarrow_compute(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", _LARGE_PARQUET, str(tmp_path / "part.parquet")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded, rows = done.stdout.splitlines()
+    assert rows == "30000"
+    assert loaded == "False", "the Parquet dictionaries' choice loads pyarrow.compute: count without it"
