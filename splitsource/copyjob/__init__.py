@@ -10,10 +10,26 @@ engine (``splitsource.spark.SparkEngine``) sits above this package and uses it.
 processes on this machine) or ``splitsource.spark.SparkEngine`` (Spark's executors).
 """
 
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from splitsource._errors import CopyError
-from splitsource.copyjob._job import CopySummary, Progress
-from splitsource.copyjob._local import LocalEngine
-from splitsource.copyjob._protocol import Engine
-from splitsource.copyjob._verify import VerifyResult, verify
+
+if TYPE_CHECKING:
+    from splitsource.copyjob._job import CopySummary, Progress
+    from splitsource.copyjob._local import LocalEngine
+    from splitsource.copyjob._protocol import Engine
+    from splitsource.copyjob._verify import VerifyResult, verify
 
 __all__ = ["CopyError", "CopySummary", "Engine", "LocalEngine", "Progress", "VerifyResult", "verify"]
+
+# each name's module, imported on first use: a worker process (splitsource.copyjob._worker) imports this package
+# but needs none of them, and importing the job and verify took it 0.2 s before its first split
+_HOME = {"CopySummary": "_job", "Progress": "_job", "LocalEngine": "_local", "Engine": "_protocol",
+         "VerifyResult": "_verify", "verify": "_verify"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -135,6 +135,28 @@ def test_workers_request_splits_one_at_a_time_and_write_one_file_each(tmp_path: 
     assert [r for _, r in seen] == sorted(r for _, r in seen)
 
 
+@pytest.mark.parametrize(("rows", "started"), [(1000, 1), (3000, 2)])
+def test_workers_start_as_the_splits_need_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: int,
+                                              started: int) -> None:
+    """One worker starts with the engine (its imports overlap the planning), the others when a batch has splits
+    for them: a copy of one split starts one Python, whose second took the first one's CPU on 2 cores."""
+    import splitsource
+    from splitsource.copyjob import _local
+
+    workers: list[object] = []
+    popen = subprocess.Popen
+
+    def counted(args: list[str], **kwargs: object) -> object:
+        workers.extend(["worker"] if "splitsource.copyjob._worker" in args else [])
+        return popen(args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(_local.subprocess, "Popen", counted)
+    summary = splitsource.copy("generator", {"rows": str(rows), "split_rows": "1000"}, str(tmp_path / "out"),
+                               engine="local", workers=2)
+    assert (summary.total_rows, summary.splits) == (rows, rows // 1000)
+    assert len(workers) == started
+
+
 def test_a_checkpoint_cut_with_other_split_sizes_is_refused(tmp_path: Path) -> None:
     """Bug: the generator's identity left out its split sizing, so a resume with another split_rows passed the
     fingerprint check and read the remaining split indices as rows of another size (shifted rows)."""
