@@ -15,6 +15,7 @@ server's defaults, and key values round-trip as text between the planner's sessi
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ import pyarrow as pa
 
 from splitsource import OptionsError, SplitSourceError
 
-__all__ = ["Column", "PostgresConnectionError", "Table", "describe", "ident", "literal", "session_options"]
+__all__ = ["Column", "PostgresConnectionError", "Table", "describe", "described", "ident", "literal", "session_options"]
 
 # base type name -> Arrow type, for the types read natively
 _NATIVE: dict[str, pa.DataType] = {
@@ -122,6 +123,7 @@ class Table:
     key: tuple[Column, ...]  # () when the table has no usable key
     relations: tuple[str, ...]
     server_version: int
+    catalog: str  # what the catalog said, as JSON: see :func:`described`
 
     @property
     def schema(self) -> pa.Schema:
@@ -157,22 +159,43 @@ def describe(conn: Any, table: str, columns: str, text_columns: str) -> Table:
                   NOT a.attnotnull
            FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
            WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum""", (oid,)).fetchall()
-    as_text = {c.strip() for c in text_columns.split(",") if c.strip()}
-    every = {r[0]: _column(r[0], r[1], r[2], r[3], r[4], r[0] in as_text) for r in rows}
-    unknown = sorted((as_text | set(_names(columns))) - set(every))
-    if unknown:
-        raise OptionsError(f"connector 'postgres': {table} has no column {', '.join(unknown)}; it has "
-                           f"{', '.join(every)}")
-    chosen = tuple(every[n] for n in _names(columns)) if columns else tuple(every.values())
-    key = tuple(every[n] for n in _key(conn, oid) if every[n].base in _KEY_TYPES)
     leaves = conn.execute(
         """SELECT t.relid::regclass::text FROM pg_partition_tree(%s) t JOIN pg_class c ON c.oid = t.relid
            WHERE t.isleaf AND c.relkind IN ('r', 'm', 'p') ORDER BY t.relid::regclass::text""", (oid,)).fetchall()
-    relations = tuple(r[0] for r in leaves) or (qualified,)
-    version = int(conn.execute("SHOW server_version_num").fetchone()[0])
-    label = conn.execute("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
-                         "ON n.oid = c.relnamespace WHERE c.oid = %s", (oid,)).fetchone()[0]
-    return Table(label, qualified, chosen, key, relations, version)
+    catalog = {
+        "label": conn.execute("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
+                              "ON n.oid = c.relnamespace WHERE c.oid = %s", (oid,)).fetchone()[0],
+        "qualified": qualified,
+        "columns": [list(r) for r in rows],
+        "key": list(_key(conn, oid)),
+        "relations": [r[0] for r in leaves] or [qualified],
+        "version": int(conn.execute("SHOW server_version_num").fetchone()[0]),
+    }
+    return _table(table, catalog, json.dumps(catalog), columns, text_columns)
+
+
+def described(text: str, columns: str, text_columns: str) -> Table:
+    """The table the catalog described as ``text`` (:attr:`Table.catalog`, which a copy's planner hands its readers
+    as option ``described``: a reader's process asks the catalog nothing)."""
+    try:
+        catalog = json.loads(text)
+        return _table(catalog["label"], catalog, text, columns, text_columns)
+    except (ValueError, KeyError, TypeError, IndexError):
+        raise OptionsError("connector 'postgres': option 'described' is not a table's description (a copy sets "
+                           "it for its readers; leave it empty)") from None
+
+
+def _table(name: str, catalog: dict[str, Any], text: str, columns: str, text_columns: str) -> Table:
+    as_text = {c.strip() for c in text_columns.split(",") if c.strip()}
+    every = {r[0]: _column(r[0], r[1], r[2], r[3], r[4], r[0] in as_text) for r in catalog["columns"]}
+    unknown = sorted((as_text | set(_names(columns))) - set(every))
+    if unknown:
+        raise OptionsError(f"connector 'postgres': {name} has no column {', '.join(unknown)}; it has "
+                           f"{', '.join(every)}")
+    chosen = tuple(every[n] for n in _names(columns)) if columns else tuple(every.values())
+    key = tuple(every[n] for n in catalog["key"] if every[n].base in _KEY_TYPES)
+    return Table(catalog["label"], catalog["qualified"], chosen, key, tuple(catalog["relations"]),
+                 int(catalog["version"]), text)
 
 
 def _names(columns: str) -> list[str]:

@@ -127,7 +127,8 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
         return len(self._position.splits) if self._position is not None else None
 
     def reader_options(self) -> dict[str, str]:
-        return {"snapshot": self._snapshot} if self._snapshot else {}
+        """The run's snapshot, and the table as described, for every reader of this run."""
+        return {"described": self._table.catalog} | ({"snapshot": self._snapshot} if self._snapshot else {})
 
     def close(self) -> None:
         if self._conn is not None:

@@ -43,6 +43,8 @@ class PostgresOptions:
                                       "page_rows shrunk to it for a key range)", minimum=0.01)
     snapshot: str = option("", doc="read at this exported snapshot (pg_export_snapshot() of a transaction you hold "
                                    "open); empty: a copy exports its own, once, for all its readers", parse=str.strip)
+    described: str = option("", doc="the table as a copy's planner described it (JSON), which the copy hands its "
+                                    "readers; empty: each process asks the catalog", parse=str.strip)
     connect_timeout_s: int = option(10, doc="seconds to wait for a connection", minimum=1)
 
     def __post_init__(self) -> None:
@@ -50,15 +52,23 @@ class PostgresOptions:
             raise OptionsError("connector 'postgres': option 'table' is empty")
 
 
-def conninfo(options: PostgresOptions, application: str = "splitsource") -> str:
-    """The libpq connection string of ``options``: the dsn with the connector's own settings on top (libpq reads the
-    environment and ~/.pgpass for whatever neither gives)."""
-    from psycopg.conninfo import make_conninfo
-
-    extra: dict[str, object] = {"application_name": application, "connect_timeout": options.connect_timeout_s}
+def conninfo(options: PostgresOptions, /, **settings: str) -> str:
+    """The libpq connection string of ``options``: the dsn (``key=value`` words or a URI) with the connector's own
+    settings and ``settings`` after it, where libpq takes the last of a repeated keyword (libpq reads the environment
+    and ~/.pgpass for whatever neither gives). Built here, not by psycopg's ``make_conninfo``: a reader's process
+    would import psycopg for it alone."""
+    extra = {"application_name": "splitsource", "connect_timeout": str(options.connect_timeout_s)}
     for key in ("sslmode", "sslrootcert", "sslcert", "sslkey"):
         if getattr(options, key):
             extra[key] = getattr(options, key)
     if options.password:
         extra["password"] = options.password.reveal()
-    return make_conninfo(options.dsn, **extra)  # type: ignore[arg-type]
+    extra.update(settings)
+    dsn = options.dsn.strip()
+    if dsn.startswith(("postgresql://", "postgres://")):
+        from urllib.parse import quote, urlencode
+
+        joint = "" if dsn.endswith(("?", "&")) else "&" if "?" in dsn else "?"
+        return dsn + joint + urlencode(extra, quote_via=quote)
+    quoted = ("'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'" for value in extra.values())
+    return " ".join(([dsn] if dsn else []) + [f"{key}={value}" for key, value in zip(extra, quoted, strict=True)])

@@ -46,7 +46,7 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
 
     def _connection_for(self, split: PostgresSplit) -> _Connection:
         if self._connection is None:
-            connection = _Connection(conninfo(self._options) + f" options='{session_options()}'", self._options)
+            connection = _Connection(conninfo(self._options, options=session_options()), self._options)
             connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if self._options.snapshot:
                 try:
@@ -222,21 +222,25 @@ def _key_at(table: Table, page: pa.RecordBatch, row: int) -> tuple[str, ...]:
 
 def _refuse_beyond_arrow(table: Table, arrays: list[pa.Array], page: pa.RecordBatch) -> None:
     """Fail, in one line naming the column, the row's key (where the page has it) and the option to use, when a
-    column holds a value its Arrow type cannot hold (see :attr:`Column.beyond_arrow`)."""
-    import pyarrow.compute as pc
-
+    column holds a value its Arrow type cannot hold (see :attr:`Column.beyond_arrow`). By numpy on the values'
+    buffer: pyarrow.compute would cost a reader's process 0.07 s to import."""
     for column, array in zip(table.columns, arrays, strict=True):
         beyond = column.beyond_arrow
         if beyond is None or not len(array):
             continue
         (low, high), what = beyond
-        values = array.view(pa.int64() if array.type.bit_width == 64 else pa.int32())
-        hit = pc.less(values, low) if low is not None else pc.greater_equal(values, high)
-        if not pc.any(hit).as_py():
+        start, end = array.offset, array.offset + len(array)
+        width = np.int64 if array.type.bit_width == 64 else np.int32
+        values = np.frombuffer(array.buffers()[1], dtype=width, count=end)[start:].astype(np.int64, copy=False)
+        hit = values < low if low is not None else values >= (high or 0)
+        if array.null_count:
+            hit &= np.unpackbits(np.frombuffer(array.buffers()[0], dtype=np.uint8), bitorder="little",
+                                 count=end)[start:].astype(bool)
+        if not hit.any():
             continue
         row = ""
         if table.key and all(name in page.schema.names for name in table.key_names):
-            key = _key_at(table, page, pc.index(hit, True).as_py())
+            key = _key_at(table, page, int(np.argmax(hit)))
             row = " (row " + ", ".join(f"{c.name}={text}" for c, text in zip(table.key, key, strict=True)) + ")"
         raise OptionsError(f"connector 'postgres': column {column.name} of {table.label} holds {what}{row}, which "
                            f"Arrow's {column.arrow} cannot hold; add -o text_columns={column.name} to read it as "

@@ -23,7 +23,7 @@ def connect(options: PostgresOptions) -> Any:
     import psycopg
 
     try:
-        return psycopg.connect(conninfo(options), options=session_options(), autocommit=True)
+        return psycopg.connect(conninfo(options, options=session_options()), autocommit=True)
     except psycopg.Error as exc:
         raise login_error(exc, options) from None
 

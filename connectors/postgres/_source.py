@@ -8,7 +8,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.postgres._catalog import Column, PostgresConnectionError, Table, describe, ident, literal
+from connectors.postgres._catalog import (
+    Column,
+    PostgresConnectionError,
+    Table,
+    describe,
+    described,
+    ident,
+    literal,
+)
 from connectors.postgres._enumerator import PostgresEnumerator
 from connectors.postgres._options import PostgresOptions
 from connectors.postgres._reader import PostgresEmitter, PostgresSplitReader
@@ -35,9 +43,14 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
 
     @functools.cached_property
     def table(self) -> Table:
-        """The table as the catalog describes it (one query per Source, in each process)."""
-        with connect(self.options) as conn, errors_in_one_line(self.options):
-            return describe(conn, self.options.table, self.options.columns, self.options.text_columns)
+        """The table as the catalog describes it: asked once per Source, or in a reader's process as the copy's
+        planner described it (option ``described``: a process that only reads imports no psycopg and connects no
+        second time, 0.2 s of CPU in each of them)."""
+        o = self.options
+        if o.described:
+            return described(o.described, o.columns, o.text_columns)
+        with connect(o) as conn, errors_in_one_line(o):
+            return describe(conn, o.table, o.columns, o.text_columns)
 
     def schema(self) -> pa.Schema:
         return self.table.schema

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -17,6 +18,7 @@ from tests.connectors.postgres.conftest import expected_events, make_events, opt
 from tests.fixtures import PostgresServer
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _truth(rows: int) -> pa.Table:
@@ -170,3 +172,105 @@ def test_errors_a_retry_may_cure_are_told_from_those_it_cannot(postgres15: Postg
         "IO: [libpq] Failed to execute COPY: could not receive data from server: Connection reset by peer",
         status_code=adbc_driver_manager.AdbcStatusCode.IO)
     assert source.is_transient(reset)
+
+
+# A reader's process, as a copy's worker or a Spark task has it: the source built from the options the planner
+# handed its readers (the snapshot, and the table as described), one split read to its end.
+_READER = """
+import json, sys
+from serializers import read_envelope
+from connectors.postgres import PostgresSource
+
+source = PostgresSource(json.loads(sys.argv[1]))
+reader = source.create_split_reader()
+reader.add_splits([read_envelope(source.split_serializer(), bytes.fromhex(sys.argv[2]))])
+ids = []
+while not (got := reader.fetch()).finished:
+    ids += [i for _, (page, _) in got.batches for i in page.column("id").to_pylist()]
+ids += [i for _, (page, _) in got.batches for i in page.column("id").to_pylist()]
+reader.close()
+print(json.dumps(ids))
+print(sorted(m for m in ("psycopg", "pyarrow.compute") if m in sys.modules))
+"""
+
+
+def test_a_reader_process_reads_with_what_the_planner_described(postgres15: PostgresServer,
+                                                                 table_name: str) -> None:
+    """The planner hands its readers the table as it described it (option ``described``) with the snapshot: a
+    reader's process asks the catalog nothing, so it imports neither psycopg nor pyarrow.compute (0.2 s of CPU in
+    every worker of a copy), and its rows are the inserted ones."""
+    import json
+    import subprocess
+    import sys
+
+    from serializers import write_envelope
+
+    make_events(postgres15, table_name, 5000)
+    source = PostgresSource(options(postgres15, table_name, split_size_mb="0.1", page_rows="700"))
+    enumerator = source.create_enumerator(FixedEnumeratorContext(2))
+    enumerator.start()
+    try:
+        handed = enumerator.reader_options()
+        assert set(handed) == {"snapshot", "described"}
+        split = enumerator.next_split()
+        assert split is not None and split.hi is not None, "the table should be planned in several key ranges"
+        read = subprocess.run(
+            [sys.executable, "-c", _READER, json.dumps({**options(postgres15, table_name, page_rows="700"), **handed}),
+             write_envelope(source.split_serializer(), split).hex()],
+            capture_output=True, text=True, timeout=120, cwd=ROOT, env=postgres15.run_env())
+    finally:
+        enumerator.close()
+    assert read.returncode == 0, read.stderr
+    ids, loaded = read.stdout.splitlines()
+    assert json.loads(ids) == list(range(1, int(split.hi[0])))
+    assert loaded == "[]", f"a reader's process imported {loaded}"
+
+
+def test_a_damaged_description_is_one_line() -> None:
+    with pytest.raises(OptionsError, match=r"option 'described' is not a table's description"):
+        PostgresSource({"table": "t", "described": "{\"label\": 1}"}).schema()
+
+
+@pytest.mark.parametrize("dsn", ["", "host=127.0.0.1 port=5 dbname=x", "dbname='a b' user=\\'x sslmode=disable",
+                                 "postgresql://u:p%40@h1:5,h2/db", "postgres://h/db?sslmode=disable&port=7",
+                                 "postgresql://h/db?"])
+def test_the_connection_string_is_what_psycopg_would_make(dsn: str) -> None:
+    """The connector builds libpq's string itself (a reader imports no psycopg): libpq parses it into what
+    psycopg's make_conninfo gives for the same dsn and settings, a URI's and quoted values included."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from connectors.postgres._options import conninfo
+
+    source = PostgresSource({"dsn": dsn, "table": "t", "password": "p'w\\d x", "sslmode": "require",
+                             "connect_timeout_s": "3"})
+    settings = {"application_name": "splitsource", "connect_timeout": "3", "sslmode": "require",
+                "password": "p'w\\d x", "options": "-c TimeZone=UTC"}
+    made = conninfo(source.options, options="-c TimeZone=UTC")
+    assert conninfo_to_dict(made) == conninfo_to_dict(make_conninfo(dsn, **settings))
+
+
+def test_a_value_beyond_arrow_is_found_by_its_validity_and_offset() -> None:
+    """The check for values Arrow cannot hold reads the driver's buffer: a null slot holding any value passes, and
+    a valid one beyond is named by its row's key, in a sliced page too."""
+    import json
+
+    from connectors.postgres._catalog import _FIRST_TIMESTAMP_US, described
+    from connectors.postgres._reader import _refuse_beyond_arrow
+
+    catalog = {"label": "public.t", "qualified": "t", "key": ["id"], "relations": ["t"], "version": 150000,
+               "columns": [["id", "bigint", None, "int8", False], ["at", "timestamp with time zone", None,
+                                                                     "timestamptz", True]]}
+    table = described(json.dumps(catalog), "", "")
+    raw = pa.py_buffer(pa.array([0, _FIRST_TIMESTAMP_US - 1, 5], pa.int64()).buffers()[1])
+
+    def page(valid: list[bool]) -> pa.RecordBatch:
+        bits = pa.array(valid).buffers()[1]
+        at = pa.Array.from_buffers(table.schema.field("at").type, 3, [bits, raw], valid.count(False))
+        return pa.record_batch([pa.array([1, 2, 3], pa.int64()), at], schema=table.schema)
+
+    nulled = page([True, False, True])
+    _refuse_beyond_arrow(table, nulled.columns, nulled)
+    _refuse_beyond_arrow(table, nulled.slice(1).columns, nulled.slice(1))
+    for held in (page([True, True, True]), page([True, True, True]).slice(1)):
+        with pytest.raises(OptionsError, match=r"column at of public.t holds infinity .* \(row id=2\)"):
+            _refuse_beyond_arrow(table, held.columns, held)
