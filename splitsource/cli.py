@@ -20,6 +20,7 @@ from typing import NoReturn
 from splitsource._errors import OptionsError, SplitSourceError
 from splitsource._logs import quiet_logging
 from splitsource.copyjob._signals import Terminated, on_sigterm
+from splitsource.copyjob._worker import end_early, start_early
 
 # splitsource.sink._tables.TABLE_FORMATS' names (the command imports no pyarrow to parse its arguments; a test
 # checks the two agree)
@@ -138,10 +139,19 @@ def _options(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error in one line (the usage block is what --help is for)."""
+    """argparse, with a usage error in one line (the usage block is what --help is for), and an epilog that may be
+    made only when the help is printed (``late_epilog``: the sink's options table imports pyarrow, which a copy's
+    command line parses its arguments without)."""
+
+    late_epilog: Callable[[], str] | None = None
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def format_help(self) -> str:
+        if self.late_epilog is not None:
+            self.epilog = self.late_epilog()
+        return super().format_help()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -161,8 +171,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="base directory of the output (local path or URI)")
 
     copy = sub.add_parser("copy", help="copy a whole source into files, exactly once (resumable)",
-                          epilog=f"sink options (--sink-option KEY=VALUE):\n{_sink_table()}\n\n{EXAMPLES}",
                           formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    copy.late_epilog = lambda: f"sink options (--sink-option KEY=VALUE):\n{_sink_table()}\n\n{EXAMPLES}"
     source_args(copy)
     copy.add_argument("--format", default="parquet",
                       help="part-file format: parquet (default) or another the sink registers (its option format, "
@@ -269,7 +279,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     quiet_logging()
     signal.signal(signal.SIGTERM, on_sigterm)
-    code, message = _run(args)
+    if args.command == "copy" and args.engine == "local":
+        # the first worker starts now (its imports beside this process's), and the local engine takes it
+        start_early()
+    try:
+        code, message = _run(args)
+    finally:
+        end_early()
     if message:
         print(f"splitsource {args.command}: {message}", file=sys.stderr)
     summary_path = getattr(args, "summary_json", None)

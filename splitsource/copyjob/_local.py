@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -64,20 +63,20 @@ class _Workers:
     2 cores, the second one's start-up took the first one's CPU: a 1-row copy ended 0.2 s sooner without it)."""
 
     def __init__(self, count: int) -> None:
+        from splitsource.copyjob._worker import take_early
+
         self._count = count
-        self._procs: list[subprocess.Popen[bytes]] = []
+        self._procs = take_early()[:count]
         self._log: dict[str, str | None] | None = None
         self._start(1)
 
     def _start(self, wanted: int) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # Arrow's pool: the tasks choose it (run_task)
+        from splitsource.copyjob._worker import start
+
         while len(self._procs) < min(wanted, self._count):
-            # what a worker prints before log_to (a broken install's traceback) goes to this process's stderr
-            proc = subprocess.Popen([sys.executable, "-m", "splitsource.copyjob._worker"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, env=env)
-            self._procs.append(proc)
+            self._procs.append(start())
             if self._log is not None:
-                self._greet(proc)
+                self._greet(self._procs[-1])
 
     def __len__(self) -> int:
         """How many processes the pool may run: the copy's parallelism."""

@@ -19,13 +19,48 @@ from __future__ import annotations
 import os
 import pickle
 import struct
+import subprocess
 import sys
 import traceback
 from typing import IO, Any
 
-__all__ = ["read_frame", "write_frame"]
+__all__ = ["end_early", "read_frame", "start", "start_early", "take_early", "write_frame"]
 
 _LENGTH = struct.Struct(">Q")
+
+
+def start() -> subprocess.Popen[bytes]:
+    """A new worker process, its stdin and stdout the frames' pipes; what it prints before its first frame (a
+    broken install's traceback) goes to this process's stderr."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # Arrow's pool: the tasks choose it (run_task)
+    # numpy's OpenBLAS starts a thread per core at import, which spin for 0.15 s of CPU in a process that does no
+    # linear algebra and already runs beside one worker per core (a user's own setting wins)
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    return subprocess.Popen([sys.executable, "-m", "splitsource.copyjob._worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env)
+
+
+_EARLY: list[subprocess.Popen[bytes]] = []
+
+
+def start_early() -> None:
+    """Start a worker now, for the local engine this process makes later to take (:func:`take_early`): the
+    command line does, before it imports pyarrow and the copy, so the worker's own imports run beside them."""
+    _EARLY.append(start())
+
+
+def take_early() -> list[subprocess.Popen[bytes]]:
+    """The workers :func:`start_early` started, now the caller's."""
+    taken = _EARLY[:]
+    _EARLY.clear()
+    return taken
+
+
+def end_early() -> None:
+    """Kill the workers started early that no engine took (the copy failed before it made one)."""
+    for proc in take_early():
+        proc.kill()
+        proc.wait()
 
 
 def write_frame(stream: IO[bytes], value: Any) -> None:

@@ -141,7 +141,7 @@ def test_workers_start_as_the_splits_need_them(tmp_path: Path, monkeypatch: pyte
     """One worker starts with the engine (its imports overlap the planning), the others when a batch has splits
     for them: a copy of one split starts one Python, whose second took the first one's CPU on 2 cores."""
     import splitsource
-    from splitsource.copyjob import _local
+    from splitsource.copyjob import _worker
 
     workers: list[object] = []
     popen = subprocess.Popen
@@ -150,11 +150,38 @@ def test_workers_start_as_the_splits_need_them(tmp_path: Path, monkeypatch: pyte
         workers.extend(["worker"] if "splitsource.copyjob._worker" in args else [])
         return popen(args, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(_local.subprocess, "Popen", counted)
+    monkeypatch.setattr(_worker.subprocess, "Popen", counted)
     summary = splitsource.copy("generator", {"rows": str(rows), "split_rows": "1000"}, str(tmp_path / "out"),
                                engine="local", workers=2)
     assert (summary.total_rows, summary.splits) == (rows, rows // 1000)
     assert len(workers) == started
+
+
+def test_the_command_line_starts_the_first_worker_early_and_ends_it_if_no_engine_takes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``splitsource copy --engine local`` starts a worker before it imports the copy, which the engine takes
+    (one process for a one-split copy, not two); when the copy fails before it makes an engine, that worker is
+    ended, not left to find its parent gone."""
+    from splitsource import cli
+    from splitsource.copyjob import _worker
+
+    started: list[subprocess.Popen[bytes]] = []
+    popen = subprocess.Popen
+
+    def counted(args: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
+        proc = popen(args, **kwargs)  # type: ignore[call-overload]
+        started.extend([proc] if "splitsource.copyjob._worker" in args else [])
+        return proc  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(_worker.subprocess, "Popen", counted)
+    assert cli.main(["copy", "--connector", "generator", "-o", "rows=1000", "-o", "split_rows=1000", "--output",
+                     str(tmp_path / "out"), "--engine", "local", "--workers", "2", "--quiet"]) == 0
+    assert len(started) == 1 and started[0].poll() is not None
+    assert generated_ids(tmp_path / "out") == list(range(1000))
+    started.clear()
+    assert cli.main(["copy", "--connector", "generator", "-o", "plan_location=x", "--output", str(tmp_path / "other"),
+                     "--engine", "local"]) == 2  # refused before an engine is made
+    assert len(started) == 1 and started[0].returncode is not None, "the early worker outlived a failed copy"
 
 
 def test_a_checkpoint_cut_with_other_split_sizes_is_refused(tmp_path: Path) -> None:
