@@ -12,6 +12,9 @@ fi
 # the build backend (hatchling) installs the package editable as a path entry (a .pth file), which is what lets
 # Spark's Python workers discover pyspark_splitsource (they scan sys.path for pyspark_* modules)
 .venv/bin/python -m pip install -q -e ".[dev]"
+# the project's bytecode, as a wheel's install writes it: where PYTHONDONTWRITEBYTECODE is set, every process the
+# tests start (a copy, its workers, Spark's Python workers) would otherwise compile the package from source
+.venv/bin/python -m compileall -q splitsource connectors serializers pyspark_splitsource pyspark_bucketing >/dev/null
 
 if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
