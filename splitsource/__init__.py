@@ -15,7 +15,8 @@ The public API comes in three tiers, each in its own place:
    sink's parts), and the ``splitsource`` command. :func:`copy`, :func:`verify`, :func:`read_local` and
    :func:`register` are also here, for short scripts.
 
-Importing splitsource imports no pyspark; only :mod:`splitsource.spark` does.
+Importing splitsource imports no pyspark; only :mod:`splitsource.spark` does. Each name imports its module
+(pyarrow with the connector API) when first used.
 """
 
 from importlib import import_module

@@ -60,7 +60,7 @@ class _Workers:
 
     One starts at once, so its start-up (a Python, its imports: about 0.4 s of CPU) overlaps the copy's connecting,
     locking and planning; the others when a batch has splits for them. A copy of one split starts one process (on
-    2 cores, the second one's start-up took the first one's CPU: a 1-row copy ended 0.2 s sooner without it)."""
+    2 cores, the second one's start-up took the first one's CPU: a 1-row copy ended 0.15 s sooner without it)."""
 
     def __init__(self, count: int) -> None:
         from splitsource.copyjob._worker import take_early
