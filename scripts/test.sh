@@ -54,9 +54,9 @@ echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsourc
 echo "== mypy --strict"; mypy
 echo "== pytest"
 set +e
-# the suite ran in 45 minutes on 2 fast cores and in 61 on 2 slow ones (2bf9a28); the timeout is the net for a
-# hang, not the budget, and it sits inside CI's 90 minutes with the setup (3000 s cut a slow machine's run at 74%)
-timeout --signal=TERM 4800 python -m pytest -p no:cacheprovider --durations=60 "$@"
+# two pytest workers (pytest-xdist): a module runs whole on one of them, and the modules on the session's Cassandra
+# all on one (conftest.py); the timeout is the net for a hang, not the budget, and it sits inside CI's 90 minutes
+timeout --signal=TERM 4800 python -m pytest -p no:cacheprovider --durations=60 -n 2 --dist loadgroup "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

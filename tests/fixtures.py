@@ -45,6 +45,18 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+def worker_ports(first: int, stop: int) -> range:
+    """This pytest process's half of the ports ``first`` .. ``stop - 1``: all of them alone, the lower half on
+    pytest-xdist's first worker (gw0) and the upper on its second, so that two workers starting servers at the same
+    moment never both find one port free."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return range(first, stop)
+    half = (stop - first) // 2
+    lower = first + half * (int(worker.removeprefix("gw")) % 2)
+    return range(lower, lower + half)
+
+
 @dataclass(frozen=True)
 class CassandraNode:
     """Where the test Cassandra answers, and how to run nodetool on it (None with CASSANDRA_HOSTS)."""
@@ -146,7 +158,6 @@ class S3Server:
         return f"s3://lake/{path}"
 
 
-S3_PORTS = range(18533, 18633, 10)  # a server takes six ports from its first
 
 
 @pytest.fixture(scope="session")
@@ -156,9 +167,10 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     from scripts.s3server import port_open, start, stop
 
     root = tmp_path_factory.mktemp("s3")
-    port = next((p for p in S3_PORTS if not any(port_open("127.0.0.1", p + i, 0.2) for i in range(6))), None)
+    ports = worker_ports(18533, 18633)[::10]  # a server takes six ports from its first
+    port = next((p for p in ports if not any(port_open("127.0.0.1", p + i, 0.2) for i in range(6))), None)
     if port is None:
-        pytest.fail("no six free ports for the S3 server in 18533-18632", pytrace=False)
+        pytest.fail(f"no six free ports for the S3 server in {ports.start}-{ports.stop - 1}", pytrace=False)
     try:
         env = start(root, port=port, bucket="lake")
     except SystemExit as exc:
@@ -184,9 +196,10 @@ def iceberg_rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from scripts.iceberg_rest import start, stop
 
     root = tmp_path_factory.mktemp("iceberg-rest")
-    port = next((p for p in range(18181, 18281, 10) if not port_open("127.0.0.1", p, 0.2)), None)
+    ports = worker_ports(18181, 18281)[::10]
+    port = next((p for p in ports if not port_open("127.0.0.1", p, 0.2)), None)
     if port is None:
-        pytest.fail("no free port for the Iceberg REST catalog in 18181-18280", pytrace=False)
+        pytest.fail(f"no free port for the Iceberg REST catalog in {ports.start}-{ports.stop - 1}", pytrace=False)
     try:
         uri = start(root, port=port)
     except SystemExit as exc:
@@ -220,8 +233,6 @@ class PostgresServer:
         return {**os.environ, "PGPASSWORD": self.env["PGPASSWORD"]}
 
 
-PG_PORTS = range(25432, 25532)
-
 
 class _PostgresServers:
     """The tests' servers, one per version, each started when a test first asks for it and stopped at the end."""
@@ -251,9 +262,10 @@ def start_postgres(version: str, tls: Path | None = None) -> PostgresServer:
     from scripts.postgres import start, stop
 
     root = Path(tempfile.mkdtemp(prefix=f"splitsource-tests-pg{version}-"))  # the server user must reach it
-    port = next((p for p in PG_PORTS if not port_open("127.0.0.1", p, 0.2)), None)
+    ports = worker_ports(25432, 25532)
+    port = next((p for p in ports if not port_open("127.0.0.1", p, 0.2)), None)
     if port is None:
-        pytest.fail("no free port for PostgreSQL in 25432-25531", pytrace=False)
+        pytest.fail(f"no free port for PostgreSQL in {ports.start}-{ports.stop - 1}", pytrace=False)
     try:
         env = start(root, version, port, tls)
     except (SystemExit, subprocess.CalledProcessError) as exc:

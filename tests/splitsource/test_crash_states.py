@@ -8,10 +8,12 @@ keeps after a power loss), the runs and checks from :mod:`tests.splitsource.cras
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -27,6 +29,22 @@ from tests.splitsource import crash_scenarios as sc
 from tests.splitsource.crashfs import CrashState, crash_states
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture()
+def states_dir(tmp_path: Path) -> Iterator[Path]:
+    """Where the crash states are built and run: in memory (/dev/shm) where this machine has it, since what a power
+    loss keeps is the recorder's model (tests/splitsource/crashfs.py), not the disk's, and each state's run makes
+    dozens of syncs (the disk's took 11 s of a scenario's 72); ``tmp_path`` elsewhere."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 1 << 30):
+        yield tmp_path
+        return
+    root = Path(tempfile.mkdtemp(prefix="splitsource-crash-states-", dir=shm))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _record(scenario: str, root: Path, skipped: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
@@ -131,7 +149,7 @@ def _every_state(scenario: str, root: Path) -> tuple[int, Counter[str], list[str
     return (len(ops), *_replay(scenario, ops, root))
 
 
-def test_every_crash_state_ends_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_crash_state_ends_exact(states_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     total: Counter[str] = Counter()
     lines = []
     problems: list[str] = []
@@ -139,7 +157,7 @@ def test_every_crash_state_ends_exact(tmp_path: Path, capsys: pytest.CaptureFixt
     # checks are single-threaded Python, and one process took 152 s of the suite on 2 cores; spawned, not forked,
     # since this process may hold a Spark gateway's threads
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        runs = {scenario: pool.submit(_every_state, scenario, tmp_path / scenario) for scenario in sc.SCENARIOS}
+        runs = {scenario: pool.submit(_every_state, scenario, states_dir / scenario) for scenario in sc.SCENARIOS}
     for scenario, run in runs.items():
         count, outcomes, failures = run.result()
         total.update(outcomes)
@@ -165,19 +183,19 @@ UNPROVEN = ("rollback.dir",)
 
 
 @pytest.mark.parametrize("point", [p for p in _fs.SYNC_POINTS if p not in UNPROVEN])
-def test_each_sync_is_needed(point: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_each_sync_is_needed(point: str, states_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Leave one sync out (in the recorded run only; recovery runs whole): some crash state must then go wrong.
     A sync no state needs would be one this test cannot justify."""
     found: list[str] = []
     # the scenario that showed the need last is searched first (the search stops at the first wrong state, and the
     # others are searched whole before it otherwise: mkdir took 260 s of the suite); every scenario stays in
     for scenario in sorted(sc.SCENARIOS, key=lambda s: s != _SHOWN_BY.get(point)):
-        ops = _record(scenario, tmp_path / scenario, skipped=(point,))
+        ops = _record(scenario, states_dir / scenario, skipped=(point,))
         # the states before the first sync left out are those of the whole run, which the test above checks
         first = next((i for i, op in enumerate(ops) if op[0] == "skipped"), None)
         if first is None:
             continue  # the scenario never reaches this sync
-        _, failures = _replay(scenario, ops, tmp_path / scenario, stop_at_first_failure=True, start=first)
+        _, failures = _replay(scenario, ops, states_dir / scenario, stop_at_first_failure=True, start=first)
         if failures:
             found = failures
             break
@@ -190,7 +208,7 @@ RECOVERIES = ("copy-local", "sink-batch", "sink-stream")  # one crash state of e
 SECOND_POINTS = 12  # points of each recovery at which it is crashed (evenly spread)
 
 
-def test_a_crash_during_recovery_ends_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_a_crash_during_recovery_ends_exact(states_dir: Path, capsys: pytest.CaptureFixture[str],
                                             caplog: pytest.LogCaptureFixture) -> None:
     """A second power loss while the next run recovers from the first: a crash state of each scenario that leaves
     recovery to do (killed mid-run) is recovered with the door traced, that recovery is crashed at points spread
@@ -199,7 +217,7 @@ def test_a_crash_during_recovery_ends_exact(tmp_path: Path, capsys: pytest.Captu
     outcomes: Counter[str] = Counter()
     problems: list[str] = []
     sites: set[str] = set()
-    for scenario, first, root in _first_crashes(tmp_path):
+    for scenario, first, root in _first_crashes(states_dir):
         problems += _crash_the_recovery(scenario, first, root, outcomes, sites, caplog)
     rolled_back = [r for r in caplog.records if "was rolled back" in r.getMessage()]
     with capsys.disabled():
