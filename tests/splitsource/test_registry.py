@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from connectors.generator import GeneratorSource
-from splitsource import ConnectorNotFoundError, OptionsError, option, testing
+from splitsource import ConnectorNotFoundError, OptionsError, _registry, option, testing
 from splitsource._planning import build_source, load_connector
 from splitsource._registry import installed_connectors
 
@@ -59,6 +59,23 @@ def test_two_plugins_claiming_one_name_are_refused_naming_both(tmp_path: Path,
     assert "first_mod:TinySource (first-dist 1.0)" in message and "second_mod:TinySource (second-dist 1.0)" in message
     with pytest.raises(ConnectorNotFoundError, match="neither an installed connector"):
         load_connector("nothing-by-this-name")
+
+
+def test_a_process_reads_the_installed_names_once_per_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read of the names opens every installed distribution's metadata: a process does it once for its path,
+    not on every connector it loads, and again when its path changes."""
+    scans: list[str] = []
+    real = _registry.entry_points
+    monkeypatch.setattr(_registry, "entry_points", lambda group: scans.append(group) or real(group=group))
+    monkeypatch.syspath_prepend(str(tmp_path / "empty"))  # a path this process has not read yet
+    assert load_connector("generator") is GeneratorSource
+    assert load_connector("postgres").__name__ == "PostgresSource"
+    assert scans == [_registry.ENTRY_POINT_GROUP]
+    (tmp_path / "site").mkdir()
+    _install_plugin(tmp_path / "site", "splitsource-later", "later", "later_plugin")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert load_connector("later").__name__ == "TinySource"
+    assert len(scans) == 2
 
 
 @dataclass(frozen=True)
