@@ -45,16 +45,22 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
-def worker_ports(first: int, stop: int) -> range:
-    """This pytest process's half of the ports ``first`` .. ``stop - 1``: all of them alone, the lower half on
-    pytest-xdist's first worker (gw0) and the upper on its second, so that two workers starting servers at the same
-    moment never both find one port free."""
+def search_port(first: int, stop: int, what: str, span: int = 1, step: int = 1) -> int:
+    """The first port of ``first`` .. ``stop - 1`` (every ``step``-th) with nothing on it or the ``span - 1`` after
+    it, for ``what``; fails the test when there is none. Under pytest-xdist each worker searches its own half, so
+    that two workers starting servers at the same moment never both find one port free."""
+    from scripts.cassandra import port_open
+
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None:
-        return range(first, stop)
-    half = (stop - first) // 2
-    lower = first + half * (int(worker.removeprefix("gw")) % 2)
-    return range(lower, lower + half)
+    if worker is not None:
+        half = (stop - first) // 2
+        first += half * (int(worker.removeprefix("gw")) % 2)
+        stop = first + half
+    ports = range(first, stop, step)
+    port = next((p for p in ports if not any(port_open("127.0.0.1", p + i, 0.2) for i in range(span))), None)
+    if port is None:
+        pytest.fail(f"no free port for {what} in {first}-{stop - 1}", pytrace=False)
+    return port
 
 
 @dataclass(frozen=True)
@@ -158,19 +164,14 @@ class S3Server:
         return f"s3://lake/{path}"
 
 
-
-
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A real S3 API on loopback, started from the cache (built by ``scripts/s3server.py install``, which
     scripts/test.sh runs); the standard AWS variables are set for this process and its children."""
-    from scripts.s3server import port_open, start, stop
+    from scripts.s3server import start, stop
 
     root = tmp_path_factory.mktemp("s3")
-    ports = worker_ports(18533, 18633)[::10]  # a server takes six ports from its first
-    port = next((p for p in ports if not any(port_open("127.0.0.1", p + i, 0.2) for i in range(6))), None)
-    if port is None:
-        pytest.fail(f"no six free ports for the S3 server in {ports.start}-{ports.stop - 1}", pytrace=False)
+    port = search_port(18533, 18633, "the S3 server", span=6, step=10)  # a server takes six ports from its first
     try:
         env = start(root, port=port, bucket="lake")
     except SystemExit as exc:
@@ -192,14 +193,10 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 def iceberg_rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Apache Iceberg REST catalog on loopback (Iceberg's own REST catalog server, from the cache: built by
     ``scripts/iceberg_rest.py install``, which scripts/test.sh runs); its URI, the ``iceberg_catalog`` option."""
-    from scripts.cassandra import port_open
     from scripts.iceberg_rest import start, stop
 
     root = tmp_path_factory.mktemp("iceberg-rest")
-    ports = worker_ports(18181, 18281)[::10]
-    port = next((p for p in ports if not port_open("127.0.0.1", p, 0.2)), None)
-    if port is None:
-        pytest.fail(f"no free port for the Iceberg REST catalog in {ports.start}-{ports.stop - 1}", pytrace=False)
+    port = search_port(18181, 18281, "the Iceberg REST catalog", step=10)
     try:
         uri = start(root, port=port)
     except SystemExit as exc:
@@ -233,7 +230,6 @@ class PostgresServer:
         return {**os.environ, "PGPASSWORD": self.env["PGPASSWORD"]}
 
 
-
 class _PostgresServers:
     """The tests' servers, one per version, each started when a test first asks for it and stopped at the end."""
 
@@ -258,14 +254,10 @@ def start_postgres(version: str, tls: Path | None = None) -> PostgresServer:
     ``scripts.postgres.stop(server.root)``."""
     import tempfile
 
-    from scripts.cassandra import port_open
     from scripts.postgres import start, stop
 
     root = Path(tempfile.mkdtemp(prefix=f"splitsource-tests-pg{version}-"))  # the server user must reach it
-    ports = worker_ports(25432, 25532)
-    port = next((p for p in ports if not port_open("127.0.0.1", p, 0.2)), None)
-    if port is None:
-        pytest.fail(f"no free port for PostgreSQL in {ports.start}-{ports.stop - 1}", pytrace=False)
+    port = search_port(25432, 25532, "PostgreSQL")
     try:
         env = start(root, version, port, tls)
     except (SystemExit, subprocess.CalledProcessError) as exc:
