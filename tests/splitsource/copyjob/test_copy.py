@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -71,46 +72,53 @@ def finished(out: Path) -> dict[str, float]:
             if p.is_file() and not any(s.startswith(("_", ".")) for s in p.relative_to(out).parts)}
 
 
-def kill_and_rerun(args: list[str], out: Path | str, kills: int, seed: int, jitter: float = 1.0,
-                   deadline_s: float = 240.0, watch: Callable[[], object] | None = None,
+KILL_POINTS = Path(__file__).with_name("kill_points.py")
+
+
+def kill_and_rerun(args: list[str], out: Path | str, kills: int, seed: int, deadline_s: float = 240.0,
+                   watch: Callable[[], object] | None = None,
                    coordinator_alone: Callable[[int], bool] = lambda kill: False) -> str:
-    """Start the copy and SIGKILL its process group once it has committed something new, at a random moment up
-    to ``jitter`` seconds later (mid-batch, mid-commit), ``kills`` times; then run it to the end. The kills for
-    which ``coordinator_alone`` says so hit the copy's own process only, leaving its workers (and a Spark
-    engine's JVM) to notice by themselves; the next run waits until no process of the killed group is left. Every
-    kill is
-    checked to land in a running copy that has made progress, so the test cannot pass without its crashes.
-    Returns the final run's stdout after checking it read exactly what was not committed before it, and that every
-    kill left rows uncommitted (a kill in the copy's shutdown, after its last commit, would prove nothing)."""
+    """Run the copy ``kills`` times, each SIGKILLed at a named point of the second batch that run handles (its
+    first commits: :mod:`tests.splitsource.copyjob.kill_points`), the points taken in turn from a shuffle seeded by
+    ``seed``; then run it to the end. The kills for which ``coordinator_alone`` says so hit the copy's own process
+    only, leaving its workers (and a Spark engine's JVM) to notice by themselves; the next run waits until no
+    process of the killed group is left. A copy held at a point cannot finish, so every kill lands in a running copy
+    however fast or slow the machine; a plan with too few batches for the kills fails the test by name. Returns the
+    final run's stdout after checking it read exactly what was not committed before it, and that every kill left
+    rows uncommitted."""
+    from tests.splitsource.copyjob.kill_points import POINTS
+
     rng = random.Random(seed)
+    points = [p for _ in range(kills // len(POINTS) + 1) for p in rng.sample(POINTS, len(POINTS))][:kills]
     left_at_kill = []  # rows committed right after each kill: each must leave work for a later run
-    for kill in range(kills):
-        committed = committed_rows(out)
-        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        deadline = time.monotonic() + deadline_s
-        while _polled_rows(out) <= committed:
+    with tempfile.TemporaryDirectory() as gates:
+        for kill, point in enumerate(points):
+            gate = Path(gates) / str(kill)
+            gate.mkdir()
+            proc = subprocess.Popen([sys.executable, str(KILL_POINTS), str(gate), point, *args],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            deadline = time.monotonic() + deadline_s
+            while not (gate / "reached").exists():
+                if watch is not None:
+                    watch()
+                if proc.poll() is not None:
+                    raise AssertionError(
+                        f"kill {kill + 1}: the copy exited ({proc.returncode}) before reaching {point!r} of its "
+                        f"second batch: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+                assert time.monotonic() < deadline, f"kill {kill + 1}: {point!r} not reached within {deadline_s}s"
+                time.sleep(0.02)
             if watch is not None:
-                watch()
-            if proc.poll() is not None:
-                raise AssertionError(f"kill {kill + 1}: the copy exited ({proc.returncode}) before committing "
-                                     f"anything new: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
-            assert time.monotonic() < deadline, f"kill {kill + 1}: no commit within {deadline_s}s"
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0, jitter))  # a random point of the next batch
-        if watch is not None:
-            watch()  # what the test looks for at the instant of the kill
-        assert proc.poll() is None, f"kill {kill + 1}: the copy finished before the kill: the test proves nothing"
-        if coordinator_alone(kill):
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-            _wait_for_group_to_end(proc.pid, kill)
-        else:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
-        left_at_kill.append(committed_rows(out))
+                watch()  # what the test looks for at the instant of the kill
+            if coordinator_alone(kill):
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+                _wait_for_group_to_end(proc.pid, kill)
+            else:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            if proc.stderr:
+                proc.stderr.close()
+            left_at_kill.append(committed_rows(out))
     before = committed_rows(out)
     final = run(args)
     assert final.returncode == 0, final.stderr[-3000:]

@@ -264,7 +264,7 @@ def test_copies_to_s3_killed_many_times_end_exact(s3: Any, engine: str) -> None:
     args = ["copy", *source, "--output", uri, "--max-splits-per-batch", "1", "--quiet", "--engine", engine]
     # ten kills of the local engine, five of the Spark engine (each restart starts a JVM: the suite's budget): most
     # take the whole process group, every third the coordinator alone
-    stdout = kill_and_rerun(args, uri, kills=10 if engine == "local" else 5, seed=29, jitter=0.3,
+    stdout = kill_and_rerun(args, uri, kills=10 if engine == "local" else 5, seed=29,
                             coordinator_alone=lambda k: k % 3 == 2)
     assert "copy finished: 60,000 rows" in stdout
     check = run(["verify", *source, "--output", uri])

@@ -48,7 +48,6 @@ def test_a_table_copy_killed_ten_times_holds_every_row_once_and_one_commit_per_b
             "--sink-option", "bucket_columns=flag", "--max-splits-per-batch", "1", "--quiet"]
     # ten kills of the local engine, five of the Spark engine (each restart starts a JVM: the suite's budget)
     stdout = kill_and_rerun(args, out, kills=10 if engine == "local" else 5, seed=31 if fmt == "delta" else 37,
-                            jitter=0.4,
                             coordinator_alone=lambda kill: kill % 3 == 2)
     assert f"copy finished: {ROWS:,} rows" in stdout
     frame = polars_table(out, fmt)
@@ -148,7 +147,7 @@ def test_an_iceberg_copy_through_a_rest_catalog_killed_ten_times_commits_each_ba
     out = tmp_path / "table"
     args = ["copy", *GEN, *ENGINES["local"], "--output", str(out), "--table-format", "iceberg",
             "--sink-option", f"iceberg_catalog={iceberg_rest}", "--max-splits-per-batch", "1", "--quiet"]
-    stdout = kill_and_rerun(args, out, kills=10, seed=41, jitter=0.4, coordinator_alone=lambda kill: kill % 3 == 2)
+    stdout = kill_and_rerun(args, out, kills=10, seed=41, coordinator_alone=lambda kill: kill % 3 == 2)
     assert f"copy finished: {ROWS:,} rows" in stdout
     table = open_table(str(out), iceberg_catalog=iceberg_rest)
     assert f"{out}/metadata/" in table.metadata_location  # the server wrote it beside the data (file:/...)
