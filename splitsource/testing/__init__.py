@@ -53,16 +53,34 @@ __all__ = [
 AnySource = Source[Any, Any, Any, Any]
 
 
+class _Exact:
+    """A value compared by its type and its value: Python holds ``1 == 1.0 == True``, a connector must not."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Exact) and type(self.value) is type(other.value) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash((type(self.value), self.value))
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 def _hashable(value: Any) -> Hashable:
     if isinstance(value, dict):
         return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     if isinstance(value, list | tuple):
         return tuple(_hashable(v) for v in value)
-    return value  # type: ignore[no-any-return]
+    return _Exact(value)
 
 
 def rows_of(data: pa.Table | list[pa.RecordBatch], schema: pa.Schema | None = None) -> Counter[Hashable]:
-    """The multiset of rows of ``data``, for order-independent comparison."""
+    """The multiset of rows of ``data``, for order-independent comparison; values compare by type and value."""
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches(data, schema=schema)
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
     return Counter(_hashable(row) for row in zip(*columns, strict=True))
@@ -87,7 +105,7 @@ def _reference(source: AnySource, expected: pa.Table | None) -> Counter[Hashable
     rows = rows_of(expected) if expected is not None else rows_of(InProcessRuntime(source, 1).run().batches,
                                                                   source.schema())
     if not rows:
-        raise _trivial("reference", "the source has no rows, so any read would equal it")
+        raise _trivial("the reference", "the source has no rows, so any read would equal it")
     return rows
 
 
@@ -95,8 +113,10 @@ def check_parallel_read(source: AnySource, expected: pa.Table | None = None, par
     """Reading every split with ``parallelism`` readers equals the whole source: no gap, no overlap."""
     result = InProcessRuntime(source, parallelism).run()
     for batch in result.batches:
-        assert batch.schema.equals(source.schema()), f"batch schema {batch.schema} != source schema"
-    _assert_same(rows_of(result.batches, source.schema()), _reference(source, expected), "parallel read")
+        assert batch.schema.equals(source.schema()), \
+            f"check_parallel_read: a batch's schema {batch.schema} is not the source's {source.schema()}"
+    _assert_same(rows_of(result.batches, source.schema()), _reference(source, expected),
+                 f"check_parallel_read with {parallelism} readers")
 
 
 def _round_trip_checkpoint(source: AnySource, checkpoint: Checkpoint[Any]) -> Checkpoint[Any]:
@@ -115,13 +135,13 @@ def check_snapshot_restore(
     into a fresh runtime and finish: what was read before plus after equals the whole source exactly."""
     first = InProcessRuntime(source, parallelism).run(stop_after_batches=stop_after_batches)
     if first.checkpoint is None:
-        raise _trivial("snapshot and restore", f"the source ended before {stop_after_batches} batch(es)")
+        raise _trivial("check_snapshot_restore", f"the source ended before {stop_after_batches} batch(es)")
     restored = _round_trip_checkpoint(source, first.checkpoint)
     batches = list(first.batches) + InProcessRuntime(source, parallelism, restore=restored).run().batches
     _assert_same(
         rows_of(batches, source.schema()),
         _reference(source, expected),
-        f"snapshot after {stop_after_batches} batch(es) and restore",
+        f"check_snapshot_restore: a snapshot after {stop_after_batches} batch(es), restored",
     )
 
 
@@ -134,11 +154,12 @@ def check_add_back(
     if result.reader_failures == 0:  # the other readers took the work: one reader then has all of it
         result = InProcessRuntime(source, 1).run(fail_readers={0: fail_after_batches})
     if result.reader_failures == 0:
-        raise _trivial("add-back", f"the source has fewer than {fail_after_batches} batch(es), so no reader failed")
+        raise _trivial("check_add_back",
+                       f"the source has fewer than {fail_after_batches} batch(es), so no reader failed")
     _assert_same(
         rows_of(result.batches, source.schema()),
         _reference(source, expected),
-        f"add-back after a reader failure at batch {fail_after_batches}",
+        f"check_add_back: a reader failed at batch {fail_after_batches}, its splits added back",
     )
 
 
@@ -152,7 +173,7 @@ def check_add_back_snapshot(source: AnySource, expected: pa.Table | None = None,
     enumerator.start()
     taken = [s for s in (enumerator.next_split() for _ in range(handed_out)) if s is not None]
     if len(taken) < 2:
-        raise _trivial("add-back snapshot", "the enumerator generated fewer than two splits, so none was added "
+        raise _trivial("check_add_back_snapshot", "the enumerator generated fewer than two splits, so none was added "
                                             "back beside a finished one")
     finished, back = taken[0], taken[1:]
     enumerator.add_splits_back(back)
@@ -164,15 +185,16 @@ def check_add_back_snapshot(source: AnySource, expected: pa.Table | None = None,
     while (split := restored.next_split()) is not None:
         served.append(split)
         if len(served) > 1_000_000:
-            raise AssertionError("add-back snapshot: the restored enumerator never runs out of splits")
+            raise AssertionError("check_add_back_snapshot: the restored enumerator never runs out of splits")
     restored.close()
     ids = [s.split_id for s in back]
     assert [s.split_id for s in served[: len(back)]] == ids, (
-        f"add-back snapshot: the restored enumerator served {[s.split_id for s in served[:len(back)]]} first, not "
+        "check_add_back_snapshot: the restored enumerator served "
+        f"{[s.split_id for s in served[:len(back)]]} first, not "
         f"the added-back splits {ids}: the add-back list was lost or reordered by snapshot and restore")
     batches = [b for split in (finished, *served) for b in _read_one_split(source, split)]
     _assert_same(rows_of(batches, source.schema()), _reference(source, expected),
-                 "add-back snapshot: the finished split and every split the restored enumerator served")
+                 "check_add_back_snapshot: the finished split and every split the restored enumerator served")
 
 
 def _differences(actual: Any, expected: Any) -> str:
@@ -198,33 +220,34 @@ def check_serializers(source: AnySource, max_splits: int = 1000) -> None:
             state = enumerator.snapshot_state()
             again_state = enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, state))
             if again_state != state:
-                raise AssertionError(f"serializers: the enumerator state after {len(taken)} split(s) does not "
+                raise AssertionError(f"check_serializers: the enumerator state after {len(taken)} split(s) does not "
                                      f"round-trip: {_differences(again_state, state)}")
             split = enumerator.next_split()
             if split is None:
                 break
             taken.append(split)
         if not taken:
-            raise _trivial("serializers", "the enumerator generated no split")
+            raise _trivial("check_serializers", "the enumerator generated no split")
         for split in taken:
             for what, value in (("split", split), ("its remaining split", _narrowed(source, split))):
                 again = read_envelope(serializer, write_envelope(serializer, value))
                 if again != value:
-                    raise AssertionError(f"serializers: {what} {split.split_id} does not round-trip through "
+                    raise AssertionError(f"check_serializers: {what} {split.split_id} does not round-trip through "
                                          f"{type(serializer).__name__}: {_differences(again, value)}")
         ids = [s.split_id for s in taken]
         duplicated = sorted({i for i in ids if ids.count(i) > 1})
         if duplicated:
-            raise AssertionError(f"serializers: split ids are not unique: {duplicated[:5]} each name several splits")
+            raise AssertionError(f"check_serializers: split ids are not unique: {duplicated[:5]} each name several "
+                                 "splits")
         enumerator.add_splits_back(taken[:2])
         state = enumerator.snapshot_state()
         again_state = enumerator_state_from_bytes(source, enumerator_state_to_bytes(source, state))
         if again_state != state:
-            raise AssertionError("serializers: the enumerator state with splits added back does not round-trip: "
+            raise AssertionError("check_serializers: the enumerator state with splits added back does not round-trip: "
                                  f"{_differences(again_state, state)}")
         served = enumerator.next_split()
         if served != taken[0]:
-            raise AssertionError(f"serializers: split {taken[0].split_id} was added back but "
+            raise AssertionError(f"check_serializers: split {taken[0].split_id} was added back but "
                                  f"{served.split_id if served else None} was served first")
     finally:
         enumerator.close()
@@ -242,7 +265,7 @@ def _narrowed(source: AnySource, split: Split) -> Split:
             result = reader.fetch()
         for _, raw in result.batches:
             emitter.emit(raw, state)
-            _check_narrowed_id(split, state, "serializers")
+            _check_narrowed_id(split, state, "check_serializers")
     finally:
         reader.close()
     remaining: Split = state.to_split()
@@ -257,16 +280,16 @@ def check_wake_up_resume(source: AnySource, timeout: float = 30.0, max_splits: i
     splits = [s for s in (enumerator.next_split() for _ in range(max_splits)) if s is not None]
     enumerator.close()
     if not splits:
-        raise _trivial("wake-up resume", "the enumerator generated no split")
+        raise _trivial("check_wake_up_resume", "the enumerator generated no split")
     for split in splits:
         out = _read_woken(source, split, timeout)
         if out is not None:
             reference = _read_one_split(source, split)  # the same split, read without interruption
             _assert_same(rows_of(out, source.schema()), rows_of(reference, source.schema()),
-                         f"wake-up resume: split {split.split_id} read with wake-ups")
+                         f"check_wake_up_resume: split {split.split_id} read with wake-ups")
             return
-    raise _trivial("wake-up resume", f"each of the first {len(splits)} split(s) was read in one fetch, so wake_up "
-                                     "interrupted nothing")
+    raise _trivial("check_wake_up_resume", f"each of the first {len(splits)} split(s) was read in one fetch, so "
+                                           "wake_up interrupted nothing")
 
 
 def _read_woken(source: AnySource, split: Split, timeout: float) -> list[pa.RecordBatch] | None:
@@ -295,8 +318,8 @@ def _read_woken(source: AnySource, split: Split, timeout: float) -> list[pa.Reco
             reader.wake_up()
         worker.join(timeout if wake else None)
         if worker.is_alive():
-            raise AssertionError(f"wake-up resume: split {split.split_id}: fetch did not return within {timeout}s "
-                                 "after wake_up() (a reader must cut a long fetch short)")
+            raise AssertionError(f"check_wake_up_resume: split {split.split_id}: fetch did not return within "
+                                 f"{timeout}s after wake_up() (a reader must cut a long fetch short)")
         if failed:
             raise failed[0]
         return box[0]
@@ -312,7 +335,7 @@ def _read_woken(source: AnySource, split: Split, timeout: float) -> list[pa.Reco
                 batch = emitter.emit(raw, state)
                 if batch is not None:
                     out.append(batch)
-                _check_narrowed_id(split, state, "wake-up resume")
+                _check_narrowed_id(split, state, "check_wake_up_resume")
             finished = split.split_id in result.finished
     finally:
         reader.close()

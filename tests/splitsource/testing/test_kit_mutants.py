@@ -1,6 +1,8 @@
 """The conformance kit catches the connector bugs it exists for: each kind planted into a small connector (the
 generator, as docs/connector-guide.md builds it) by overriding one piece; ``check_all`` must fail on every one, by
-the check meant for it and with a message naming what differed, and pass on the unmodified connector."""
+the check meant for it (its message starts with the check's name) and with a message naming what differed, and
+pass on the unmodified connector. The truth is what the test knows the generator makes (ids 0..1,999), never a read
+through the runtime under test."""
 
 from __future__ import annotations
 
@@ -21,11 +23,8 @@ from serializers import MsgpackRecordSerializer
 from splitsource import testing
 from splitsource._api import RecordsBySplits
 
-OPTIONS = {"rows": "2000", "split_rows": "200", "batch_rows": "50", "fetch_delay_ms": "2"}
-
-
-def expected(source: GeneratorSource) -> pa.Table:
-    return pa.Table.from_batches(testing.InProcessRuntime(source, 1).run().batches, source.schema())
+OPTIONS = {"rows": "2000", "split_rows": "200", "batch_rows": "50", "fetch_delay_ms": "2", "columns": "id:bigint"}
+TRUTH = pa.table({"id": pa.array(range(2000), pa.int64())}, schema=pa.schema([pa.field("id", pa.int64(), False)]))
 
 
 class LostAddBack(GeneratorSource):
@@ -165,15 +164,45 @@ class IgnoresWakeUp(GeneratorSource):
         return _DeafReader(self)
 
 
-# each mutant, the check meant to catch it, and words its message must hold
+class _RebuildingEnumerator(GeneratorEnumerator):
+    def add_splits_back(self, splits: Any) -> None:
+        per = self._options.rows_per_split
+        super().add_splits_back([GeneratorSplit(s.index, s.index * per, s.end, s.row_bytes) for s in splits])
+
+
+class AddBackRestartsSplits(GeneratorSource):
+    """A running enumerator rebuilds each split a failed reader gives back from its id, as a fresh plan would, so
+    a split read in part starts over (the restored enumerator, written apart, takes splits back as they are)."""
+
+    def create_enumerator(self, context: Any) -> GeneratorEnumerator:
+        return _RebuildingEnumerator(self.options, context)
+
+
+class _NarrowingEmitter(GeneratorEmitter):
+    def emit(self, raw: Any, state: Any) -> pa.RecordBatch:
+        batch = super().emit(raw, state)
+        return pa.RecordBatch.from_arrays([batch.column(0).cast(pa.int32())], names=["id"])
+
+
+class WrongBatchSchema(GeneratorSource):
+    """The emitter gives ids as int32 where the schema says int64 (Spark needs each batch in the declared schema)."""
+
+    def create_record_emitter(self) -> GeneratorEmitter:
+        return _NarrowingEmitter()
+
+
+# each mutant, the check meant to catch it, and words its message must hold besides the check's name: the counts
+# of rows missing and extra the bug makes, never words every mismatch prints
 MUTANTS: dict[type[GeneratorSource], tuple[str, str]] = {
     LostAddBack: ("check_add_back_snapshot", "add-back list was lost"),
-    ReplanOnRestore: ("check_snapshot_restore", "extra or duplicated"),
-    SkipOnResume: ("check_snapshot_restore", "2 row(s) missing"),
-    RepeatOnResume: ("check_snapshot_restore", "extra or duplicated"),
-    EmitterLeavesState: ("check_snapshot_restore", "extra or duplicated"),
-    FinishedEarly: ("check_parallel_read", "missing"),
-    LastRowLost: ("check_parallel_read", "1 row(s) missing"),  # and the row it names is the last
+    ReplanOnRestore: ("check_snapshot_restore", "0 row(s) missing, 400 row(s) extra or duplicated"),
+    SkipOnResume: ("check_snapshot_restore", "2 row(s) missing, 0 row(s) extra"),
+    RepeatOnResume: ("check_snapshot_restore", "0 row(s) missing, 100 row(s) extra or duplicated"),
+    EmitterLeavesState: ("check_snapshot_restore", "0 row(s) missing, 100 row(s) extra or duplicated"),
+    FinishedEarly: ("check_parallel_read", "1500 row(s) missing, 0 row(s) extra"),
+    LastRowLost: ("check_parallel_read", "1 row(s) missing, 0 row(s) extra or duplicated; e.g. missing [(1999,)]"),
+    WrongBatchSchema: ("check_parallel_read", "a batch's schema id: int32"),
+    AddBackRestartsSplits: ("check_add_back", "0 row(s) missing, 50 row(s) extra or duplicated"),
     SerializerDropsField: ("check_serializers", "start 0 instead of 50"),
     SerializerShortensLaterSplits: ("check_serializers", "split generator-5 does not round-trip"),
     NarrowedSplitRenamed: ("check_serializers", "a narrowed split keeps its id"),
@@ -184,8 +213,7 @@ CHECKS = ["check_serializers", "check_parallel_read", "check_snapshot_restore", 
 
 
 def test_the_kit_passes_the_connector_without_a_planted_bug() -> None:
-    source = GeneratorSource(OPTIONS)
-    testing.check_all(source, expected(source))
+    testing.check_all(GeneratorSource(OPTIONS), TRUTH)
 
 
 def _run(check: str, source: GeneratorSource, truth: pa.Table) -> None:
@@ -199,7 +227,7 @@ def _run(check: str, source: GeneratorSource, truth: pa.Table) -> None:
 
 @pytest.mark.parametrize("mutant", list(MUTANTS), ids=[m.__name__ for m in MUTANTS])
 def test_the_kit_catches_a_planted_bug_with_the_check_meant_for_it(mutant: type[GeneratorSource]) -> None:
-    truth = expected(GeneratorSource(OPTIONS))  # the correct rows, not the mutant's own read
+    truth = TRUTH
     check, words = MUTANTS[mutant]
     options = {**OPTIONS, "fetch_delay_ms": "3000", "batch_rows": "100"} if mutant is IgnoresWakeUp else OPTIONS
     for earlier in CHECKS[:CHECKS.index(check)]:  # the checks before it let the mutant through...
@@ -207,7 +235,9 @@ def test_the_kit_catches_a_planted_bug_with_the_check_meant_for_it(mutant: type[
             _run(earlier, mutant(options), truth)
     with pytest.raises(AssertionError) as caught:  # ...and the one meant for it names what differed
         _run(check, mutant(options), truth)
-    assert words in str(caught.value), str(caught.value)
+    message = str(caught.value)
+    assert message.startswith(f"{check}:") or message.startswith(f"{check} "), message
+    assert words in message, message
     if mutant is not IgnoresWakeUp:  # its fetches wait 3 s each: the whole kit would take minutes
         with pytest.raises(AssertionError):
             testing.check_all(mutant(options), truth)
