@@ -3,9 +3,12 @@
 Four scenarios, each a real run of the framework's own code on the local disk, with no JVM:
 
 - ``copy-local`` and ``copy-spark``: ``splitsource.copyjob.copy`` of 300 generator rows in 3 batches of 2 splits,
-  into two buckets (``flag=true``, ``flag=false``), through the coordinator with the local engine's and the Spark
-  engine's protocol (offsets directory, query id, writer id); the read tasks run in this process (two per batch),
-  as the engines' tasks run ``run_task``;
+  into two buckets (``flag=true``, ``flag=false``), through the coordinator. ``copy-local`` runs the local engine's
+  protocol (offsets directory, query id, writer id) with its read tasks in this process (two per batch), as the
+  engine's workers run ``run_task``. ``copy-spark`` runs the Spark engine itself (``SparkEngine`` and its task
+  pool: the job per batch, the tasks' function, their progress reports in the checkpoint and their clearing) on a
+  stand-in for the Spark scheduler that runs a job's partitions in this process: only the scheduler is not
+  Spark's, since a power loss cannot be recorded under a JVM's writes;
 - ``sink-batch``: three ``df.write.format("bucketing")`` appends of two tasks each, through the sink's own writer
   classes;
 - ``sink-stream``: a ``writeStream.format("bucketing")`` query committing batches 0, 1 and 2 of two tasks each.
@@ -86,11 +89,49 @@ class InlineEngine:
         pass
 
 
+class _InlineJob:
+    """``sc.parallelize(groups, n).mapPartitionsWithIndex(f).collect()``, run here: partition ``i`` holds group
+    ``i``."""
+
+    def __init__(self, groups: list[Any], function: Callable[[int, Any], Any] | None = None) -> None:
+        self._groups, self._function = groups, function
+
+    def mapPartitionsWithIndex(self, function: Callable[[int, Any], Any]) -> _InlineJob:  # noqa: N802 - Spark's
+        return _InlineJob(self._groups, function)
+
+    def collect(self) -> list[Any]:
+        assert self._function is not None
+        return [row for index, group in enumerate(self._groups) for row in self._function(index, iter([group]))]
+
+
+class InlineSparkContext:
+    """The part of a ``SparkContext`` the Spark engine's task pool uses, with jobs run in this process."""
+
+    master = "local[2]"
+    defaultParallelism = 2  # noqa: N815 - Spark's name
+
+    def setJobGroup(self, *args: Any, **kwargs: Any) -> None:  # noqa: N802 - Spark's name
+        pass
+
+    def cancelJobGroup(self, *args: Any) -> None:  # noqa: N802 - Spark's name
+        pass
+
+    def parallelize(self, groups: list[Any], slices: int) -> _InlineJob:
+        assert len(groups) == slices
+        return _InlineJob(groups)
+
+
+class InlineSpark:
+    sparkContext = InlineSparkContext()  # noqa: N815 - Spark's name
+
+
 def copy_once(root: Path, engine: str, overwrite: bool = False) -> Any:
     from splitsource import copy
+    from splitsource.spark._copy import SparkEngine
 
+    chosen = SparkEngine(spark=InlineSpark()) if engine == "spark" else InlineEngine(engine)
     return copy("generator", GEN_OPTIONS, str(root / "out"), format="parquet", bucketer="columns",
-                sink_options={"bucket_columns": "flag"}, engine=InlineEngine(engine),
+                sink_options={"bucket_columns": "flag"}, engine=chosen,
                 max_splits_per_batch=BATCH_SPLITS, overwrite=overwrite)
 
 
