@@ -48,16 +48,21 @@ def _run(python: Path, cwd: Path) -> list[str]:
     return result.stdout.strip().splitlines()[-2:]
 
 
+# the package index is never reached during a test: the build backend (hatchling) is the suite's own (the dev extra
+# installs it), and every install is of what the test built or of the checkout
+OFFLINE = ["--no-index", "--no-build-isolation"]
+
+
 def _pip(python: Path, *args: str) -> None:
     result = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                             *args], capture_output=True, text=True, timeout=600)
+                             *OFFLINE, *args], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
 
 
 def test_a_wheel_install_is_found_by_spark(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
-                           capture_output=True, text=True, timeout=600)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *OFFLINE, "-w", str(wheels),
+                            str(ROOT)], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-4000:]
     python = _venv(tmp_path / "venv")
     _pip(python, *map(str, wheels.glob("splitsource-*.whl")))
@@ -103,8 +108,8 @@ def _guide_package(where: Path) -> Path:
 def test_the_guides_published_connector_is_found_by_name_everywhere(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     for project in (ROOT, _guide_package(tmp_path / "evens")):
-        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
-                                str(project)], capture_output=True, text=True, timeout=600)
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *OFFLINE, "-w",
+                                str(wheels), str(project)], capture_output=True, text=True, timeout=600)
         assert built.returncode == 0, built.stderr[-4000:]
     python = _venv(tmp_path / "venv")
     _pip(python, *map(str, wheels.glob("*.whl")))
