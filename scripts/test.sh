@@ -3,14 +3,44 @@
 # local Cassandra and a local Spark itself. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# the S3-compatible server of the object-store tests (SeaweedFS, built once from the Go module proxy into the cache:
+# about 5 minutes of both cores on a fresh machine), built in the background (by the machine's python3: the script
+# needs only the standard library) while the rest downloads; waited for before the checks
+python3 scripts/s3server.py install >/dev/null &
+s3server=$!
+trap 'kill "$s3server" 2>/dev/null || true' EXIT
+
 bash scripts/setup.sh
 . .venv/bin/activate
 
+# packages kept apart from the venv, each in a folder of its own (installed once: .complete marks a whole install),
+# fetched in the background while Maven fetches the jars below (Maven runs one at a time: its ~/.m2 has no locks)
+apart() {
+  local folder="$1"; shift
+  if [ ! -f "$folder/.complete" ]; then
+    rm -rf "$folder"
+    python -m pip install -q --no-warn-conflicts --target "$folder" "$@"
+    touch "$folder/.complete"
+  fi
+}
+# the Spark Connect client's packages (tests/splitsource/spark/test_connect.py puts them on the client's path only):
+# pandas in the venv would be imported by pyarrow in every process of every other test
+apart .venv/connect-client "grpcio>=1.76" "grpcio-status>=1.76" "googleapis-common-protos>=1.71" "zstandard>=0.25" \
+  "pandas>=2.2,<3" &
+connect=$!
+# the table formats' Spark connectors lag Spark: Delta's runs on Spark 4.2, Iceberg's on 4.1, neither on 4.3
+# (tests/splitsource/spark/test_table_readers.py); each PySpark apart from the venv, only on that test's path
+apart .venv/pyspark-4.2 "pyspark==4.2.0" &
+pyspark42=$!
+apart .venv/pyspark-4.1 "pyspark==4.1.0" &
+pyspark41=$!
+# DuckDB's S3 reader for tests/splitsource/copyjob/test_object_store.py: DuckDB downloads its httpfs extension at
+# first use, which this machine cannot; the package index carries it for DuckDB 1.4 (LTS)
+apart .venv/duckdb-s3 "duckdb==1.4.4" "duckdb-ext-httpfs==1.4.4.20260205" &
+duckdb=$!
+
 # the older Cassandra lines of the version tests (tests/connectors/cassandra/test_cassandra_versions.py)
 for version in 4.0 4.1; do python scripts/cassandra.py install --version "$version" >/dev/null; done
-
-# the S3-compatible server of the object-store tests (SeaweedFS, built once from the Go module proxy: about 5 minutes)
-python scripts/s3server.py install >/dev/null
 
 # Apache Iceberg's REST catalog server, for the tests of --table-format iceberg with a REST catalog (Maven Central,
 # about 80 MB)
@@ -19,36 +49,19 @@ python scripts/iceberg_rest.py install >/dev/null
 # hadoop-aws and the AWS SDK, for the tests' Spark reads of s3a:// (from Maven Central, about 10 MB)
 python scripts/s3server.py spark-jars >/dev/null
 
-# the Spark Connect client's packages, apart from the venv (tests/splitsource/spark/test_connect.py puts them on the
-# client's path only): pandas in the venv would be imported by pyarrow in every process of every other test
-if [ ! -f .venv/connect-client/.complete ]; then
-  rm -rf .venv/connect-client
-  python -m pip install -q --target .venv/connect-client "grpcio>=1.76" "grpcio-status>=1.76" \
-    "googleapis-common-protos>=1.71" "zstandard>=0.25" "pandas>=2.2,<3"
-  touch .venv/connect-client/.complete
-fi
-
-# the table formats' Spark connectors lag Spark: Delta's runs on Spark 4.2, Iceberg's on 4.1, neither on 4.3
-# (tests/splitsource/spark/test_table_readers.py); each PySpark apart from the venv, only on that test's path
-for line in 4.2 4.1; do
-  if [ ! -f ".venv/pyspark-$line/.complete" ]; then
-    rm -rf ".venv/pyspark-$line"
-    python -m pip install -q --no-warn-conflicts --target ".venv/pyspark-$line" "pyspark==$line.0"
-    touch ".venv/pyspark-$line/.complete"
-  fi
+for job in "$connect" "$pyspark42" "$pyspark41" "$duckdb"; do
+  wait "$job" || { echo "test.sh: installing the packages kept apart from the venv failed" >&2; exit 1; }
 done
 
-# their jars, resolved by Maven into folders of their own (never through Ivy and whatever ~/.m2 holds)
+# the table formats' jars, resolved by Maven into folders of their own (never through Ivy and whatever ~/.m2 holds)
 python scripts/spark_tables.py jars delta --spark .venv/pyspark-4.2 >/dev/null
 python scripts/spark_tables.py jars iceberg --spark .venv/pyspark-4.1 >/dev/null
 
-# DuckDB's S3 reader for tests/splitsource/copyjob/test_object_store.py: DuckDB downloads its httpfs extension at
-# first use, which this machine cannot; the package index carries it for DuckDB 1.4 (LTS), kept apart from the venv
-if [ ! -f .venv/duckdb-s3/.complete ]; then
-  rm -rf .venv/duckdb-s3
-  python -m pip install -q --target .venv/duckdb-s3 "duckdb==1.4.4" "duckdb-ext-httpfs==1.4.4.20260205"
-  touch .venv/duckdb-s3/.complete
+if ! wait "$s3server"; then
+  echo "test.sh: building the S3 server failed (python scripts/s3server.py install says why)" >&2
+  exit 1
 fi
+trap - EXIT
 
 echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsource pyspark_bucketing tests scripts bench conftest.py
 echo "== mypy --strict"; mypy
