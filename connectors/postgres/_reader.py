@@ -22,7 +22,7 @@ from connectors.postgres._session import login_error, one_line
 from connectors.postgres._splits import PostgresSplit, PostgresSplitState, narrowed
 from splitsource import OptionsError, ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, SplitReadError
 
-__all__ = ["PostgresEmitter", "PostgresSplitReader", "key_condition"]
+__all__ = ["PostgresEmitter", "PostgresSplitReader", "key_condition", "snapshot_gone"]
 
 Raw = tuple[pa.RecordBatch, PostgresSplit]  # a page, and what is left of its split after it
 BLOCK = 8192
@@ -32,6 +32,22 @@ BATCH_BYTES = 1 << 30
 
 class SnapshotGoneError(SplitReadError):
     """The run's snapshot can no longer be imported (the server restarted, or the planner's session ended)."""
+
+
+# what the server answers SET TRANSACTION SNAPSHOT when the snapshot cannot be imported any more: its exporting
+# transaction ended, so its file is gone ("invalid snapshot identifier", 22023), or its process is no longer running
+# ("could not import the requested snapshot", 55000)
+_SNAPSHOT_GONE = {"22023": "invalid snapshot identifier", "55000": "could not import the requested snapshot"}
+
+
+def snapshot_gone(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by ``SET TRANSACTION SNAPSHOT``, is the server saying the snapshot is gone (and not a
+    lost connection, a terminated backend or any other failure)."""
+    message = str(exc)
+    state = getattr(exc, "sqlstate", None)
+    if state is not None:
+        return state in _SNAPSHOT_GONE and _SNAPSHOT_GONE[state] in message
+    return any(words in message for words in _SNAPSHOT_GONE.values())
 
 
 class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
@@ -53,6 +69,8 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
                     connection.execute(f"SET TRANSACTION SNAPSHOT {literal(self._options.snapshot)}")
                 except Exception as exc:
                     connection.close()
+                    if not snapshot_gone(exc):
+                        raise  # a lost connection, a terminated backend: transient, the next fetch tries again
                     if split.by_blocks:
                         raise SnapshotGoneError(
                             f"the copy's snapshot {self._options.snapshot} is gone ({one_line(exc)}): block-range "

@@ -5,6 +5,7 @@ behind the re-run); and verify names the rows that differ."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -58,31 +60,33 @@ def test_a_copy_is_exact_and_verifies(postgres: PostgresServer, table_name: str,
 @pytest.mark.parametrize("split_by,engine", [("key", "local"), ("blocks", "local"), ("key", "spark")])
 def test_a_sigkill_storm_ends_exact(postgres15: PostgresServer, table_name: str, tmp_path: Path,
                                     split_by: str, engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ten SIGKILLs of the copy, each after a commit, at a random point of the next batch."""
+    """Ten SIGKILLs of the copy, each at a named point of the batch after a commit."""
     make_events(postgres15, table_name, 60_000)
     monkeypatch.setenv("PGPASSWORD", postgres15.env["PGPASSWORD"])
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this environment's
     out = tmp_path / "out"
-    # enough batches that ten kills, each up to 0.3 s after a commit, leave work for the next run: the local
-    # engine's batches are short (at 0.1 MiB splits its run outpaced the tenth kill in CI)
+    # more batches than kills: each killed run commits one batch and is held in its next
     split_mb = "0.04" if engine == "local" else "0.1"
     args = ["copy", *cli_options(postgres15, table_name, split_size_mb=split_mb, page_rows="500", split_by=split_by),
             "--output", str(out), "--engine", engine, *(["--workers", "2"] if engine == "local" else []),
             "--max-splits-per-batch", "2", "--quiet"]
     # a Spark engine's every third kill takes the coordinator alone: its JVM and Python workers find out themselves
-    kill_and_rerun(args, out, kills=10, seed=7, jitter=0.3,
+    kill_and_rerun(args, out, kills=10, seed=7,
                    coordinator_alone=lambda kill: engine == "spark" and kill % 3 == 2)
     ids = [r[0] for r in _rows(out, "id")]
     assert sorted(ids) == list(range(1, 60_001))
 
 
-def test_one_instant_while_writers_run(postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:
-    """Writers move balance between accounts, delete one and insert another in each transaction, so at every
-    instant the table holds 5,000 accounts and 5,000,000 in all; a copy that mixed instants would not."""
-    with postgres15.connect() as conn:
+@contextlib.contextmanager
+def _transfers(server: PostgresServer, table_name: str, accounts: int) -> Iterator[list[int]]:
+    """``accounts`` accounts of 1,000 each, and two writers that move balance between two of them, delete one and
+    insert another in each transaction, until the block ends: at every instant the table holds ``accounts``
+    accounts and ``accounts * 1000`` in all, and a copy that mixed instants would not. Yields the count of writer
+    transactions committed so far."""
+    with server.connect() as conn:
         conn.execute(f"DROP TABLE IF EXISTS {table_name}")
         conn.execute(f"CREATE TABLE {table_name} (id int8 PRIMARY KEY, balance int8, pad text)")
-        conn.execute(f"INSERT INTO {table_name} SELECT i, 1000, repeat('x', 200) FROM generate_series(1, 5000) i")
+        conn.execute(f"INSERT INTO {table_name} SELECT i, 1000, repeat('x', 200) FROM generate_series(1, {accounts}) i")
     stop = threading.Event()
     transactions = [0]
 
@@ -91,7 +95,7 @@ def test_one_instant_while_writers_run(postgres15: PostgresServer, table_name: s
 
         rng = random.Random(seed)
         next_id = 1_000_000 * (seed + 1)
-        with postgres15.connect() as conn:
+        with server.connect() as conn:
             while not stop.is_set():
                 try:
                     with conn.transaction():
@@ -115,20 +119,66 @@ def test_one_instant_while_writers_run(postgres15: PostgresServer, table_name: s
     for w in writers:
         w.start()
     try:
-        out = tmp_path / "out"
-        done = _copy(postgres15, [*cli_options(postgres15, table_name, split_size_mb="0.05", page_rows="100"),
-                                  "--output", str(out), "--engine", "local", "--workers", "2",
-                                  "--max-splits-per-batch", "2", "--quiet"])
-        during = transactions[0]
+        yield transactions
     finally:
         stop.set()
         for w in writers:
             w.join(30)
+
+
+def _one_instant(out: Path, accounts: int) -> None:
+    rows = _rows(out, "id", "balance")
+    assert len(rows) == accounts and len({r[0] for r in rows}) == accounts
+    assert sum(r[1] for r in rows) == accounts * 1000  # type: ignore[misc]
+
+
+def test_one_instant_while_writers_run(postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:
+    """Writers move balance between accounts while the copy runs (:func:`_transfers`): the copy is one instant."""
+    with _transfers(postgres15, table_name, 5000) as transactions:
+        out = tmp_path / "out"
+        before = transactions[0]
+        done = _copy(postgres15, [*cli_options(postgres15, table_name, split_size_mb="0.05", page_rows="100"),
+                                  "--output", str(out), "--engine", "local", "--workers", "2",
+                                  "--max-splits-per-batch", "2", "--quiet"])
+        during = transactions[0] - before
     assert done.returncode == 0, done.stderr
     assert during > 50, f"only {during} writer transactions ran during the copy: the test proves nothing"
-    rows = _rows(out, "id", "balance")
-    assert len(rows) == 5000 and len({r[0] for r in rows}) == 5000
-    assert sum(r[1] for r in rows) == 5_000_000  # type: ignore[misc]
+    _one_instant(out, 5000)
+
+
+def test_readers_terminated_while_writers_run_stay_at_the_runs_instant(postgres15: PostgresServer, table_name: str,
+                                                                        tmp_path: Path) -> None:
+    """pg_terminate_backend on the readers' sessions, again and again, while writers run: each reader connects
+    again and imports the run's snapshot, which its exporting session still holds, so the copy is still one instant
+    and no reader reports the snapshot lost (a failure to import it that is not the server saying it is gone is
+    retried, never taken for a lost snapshot). The copy is slowed on purpose (--max-rows-per-second), so that it
+    outlasts three terminations however fast the machine."""
+    accounts = 20_000
+    with _transfers(postgres15, table_name, accounts) as transactions:
+        out = tmp_path / "out"
+        before = transactions[0]
+        proc = subprocess.Popen([*CLI, "copy", *cli_options(postgres15, table_name, split_size_mb="0.3",
+                                                              page_rows="200", split_by="key"),
+                                 "--output", str(out), "--engine", "local", "--workers", "2",
+                                 "--max-rows-per-second", "4000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=postgres15.run_env())
+        terminated, deadline = 0, time.monotonic() + 120
+        with postgres15.connect() as conn:
+            while proc.poll() is None and terminated < 3:
+                assert time.monotonic() < deadline, "no reader session to terminate within 120 s"
+                found = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name "
+                                     "= 'splitsource' AND query LIKE 'SELECT%%ORDER BY%%LIMIT%%'").fetchall()
+                terminated += sum(1 for r in found if r[0])
+                time.sleep(0.05 if found else 0.01)
+        stdout, stderr = proc.communicate(timeout=300)
+        during = transactions[0] - before
+    assert proc.returncode == 0, stderr
+    assert terminated == 3, f"{terminated} reader session(s) terminated before the copy ended: it proves nothing"
+    assert during > 50, f"only {during} writer transactions ran during the copy: the test proves nothing"
+    resumed = re.search(r"readers: (\d+) transient errors resumed", stdout)
+    assert resumed and int(resumed.group(1)) >= 1, f"no reader met a termination: {stdout}"
+    assert "snapshot_lost" not in stdout, f"a reader took a terminated session for a lost snapshot: {stdout}"
+    _one_instant(out, accounts)
 
 
 def test_a_killed_backend_resumes_mid_split(postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:

@@ -174,6 +174,46 @@ def test_errors_a_retry_may_cure_are_told_from_those_it_cannot(postgres15: Postg
     assert source.is_transient(reset)
 
 
+def test_only_the_servers_word_that_a_snapshot_is_gone_is_taken_for_it(postgres15: PostgresServer,
+                                                                      table_name: str) -> None:
+    """What the real server answers ``SET TRANSACTION SNAPSHOT`` for a snapshot whose exporting transaction ended,
+    and for one whose session was terminated, is "gone"; a terminated backend, a lost connection and any other error
+    are not (a reader retries those in the run's snapshot, and never goes on at another instant for them)."""
+    import adbc_driver_postgresql.dbapi as adbc
+
+    from connectors.postgres._options import conninfo
+    from connectors.postgres._reader import snapshot_gone
+
+    dsn = conninfo(PostgresSource(options(postgres15, table_name)).options)
+
+    def set_snapshot(snapshot: str, before: str = "") -> BaseException:
+        with adbc.connect(dsn, autocommit=True) as conn, conn.cursor() as cursor:
+            cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            if before:
+                cursor.execute(before)
+            with pytest.raises(Exception) as caught:
+                cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+            return caught.value
+
+    with postgres15.connect() as exporter:
+        exporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        ended = exporter.execute("SELECT pg_export_snapshot()").fetchone()[0]
+        exporter.execute("COMMIT")
+    assert snapshot_gone(set_snapshot(ended))
+    assert not snapshot_gone(set_snapshot("00000003-0000001B-1", before="SELECT 1"))  # after a query: misuse
+    with postgres15.connect() as exporter, adbc.connect(dsn, autocommit=True) as victim, victim.cursor() as cursor:
+        exporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        alive = exporter.execute("SELECT pg_export_snapshot()").fetchone()[0]
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+        cursor.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        with postgres15.connect() as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(Exception) as terminated:
+            cursor.execute(f"SET TRANSACTION SNAPSHOT '{alive}'")
+        assert not snapshot_gone(terminated.value), terminated.value
+
+
 # A reader's process, as a copy's worker or a Spark task has it: the source built from the options the planner
 # handed its readers (the snapshot, and the table as described), one split read to its end.
 _READER = """
