@@ -24,17 +24,24 @@ __all__ = ["ENGINE_NAMES", "copy", "engine_named"]
 ENGINE_NAMES = ("spark", "local")
 
 
-def engine_named(name: str, *, master: str = "local[2]", spark: Any = None, workers: int = 0) -> Engine:
-    """The engine ``name`` with its settings: ``master`` and ``spark`` for Spark, ``workers`` for the local one."""
+def engine_named(name: str, *, master: str | None = None, spark: Any = None, workers: int = 0) -> Engine:
+    """The engine ``name`` with its settings: ``master`` (default ``local[2]``) and ``spark`` for Spark, ``workers``
+    for the local one; a setting of the other engine is refused, never ignored."""
     if name not in ENGINE_NAMES:
         raise OptionsError(f"option 'engine': {name!r} is not one of {', '.join(ENGINE_NAMES)}")
     if name == "local":
         if spark is not None:
             raise OptionsError("option 'engine': 'local' runs without Spark; do not pass a Spark session")
+        if master is not None:
+            raise OptionsError("option 'master' is for option 'engine' spark; the local engine runs on this machine "
+                               "(see option 'workers')")
         return LocalEngine(workers=workers)
+    if workers:
+        raise OptionsError("option 'workers' is for option 'engine' local; on Spark, option 'master' sets the "
+                           "parallelism")
     from splitsource.spark._copy import SparkEngine  # pyspark, only for a Spark copy
 
-    return SparkEngine(master=master, spark=spark)
+    return SparkEngine(master=master or "local[2]", spark=spark)
 
 
 def copy(
@@ -46,7 +53,7 @@ def copy(
     bucketer: str = "none",
     sink_options: Mapping[str, str] | None = None,
     checkpoint: str | None = None,
-    master: str = "local[2]",
+    master: str | None = None,
     max_splits_per_batch: int = 0,
     max_rows_per_second: float = 0,
     max_mb_per_second: float = 0,
@@ -60,10 +67,12 @@ def copy(
 ) -> CopySummary:
     """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
 
-    ``engine``: ``spark`` (Spark tasks on ``master``, or on ``spark``, one Spark job per batch) or ``local``
-    (``workers`` processes on this machine, default one per core, no JVM), or an :class:`Engine` made by the
-    caller (``SparkEngine(master)``, ``LocalEngine(workers)``), which is closed when the copy ends; both commit
-    the same way, a checkpoint belongs to one engine.
+    ``engine``: ``spark`` (Spark tasks on ``master``, default ``local[2]``, or on ``spark``, one Spark job per
+    batch) or ``local`` (``workers`` processes on this machine, default one per core, no JVM), or an
+    :class:`Engine` made by the caller (``SparkEngine(master)``, ``LocalEngine(workers)``), which is closed when
+    the copy ends; both commit the same way, a checkpoint belongs to one engine. A setting of another engine than
+    the one named (``master`` or ``spark`` with ``local``, ``workers`` with ``spark``, any of them with an engine
+    made by the caller) is refused with :class:`OptionsError`, never ignored.
     ``max_rows_per_second`` and ``max_mb_per_second`` limit the whole copy's read rate (0: none), shared by the
     readers that run at once; a re-run may change them.
 
@@ -93,6 +102,11 @@ def copy(
                   **{k.lower(): str(v) for k, v in (sink_options or {}).items()}, "path": output},
         output=output, checkpoint=location("option 'checkpoint'", checkpoint or default_checkpoint(output)),
         overwrite=overwrite, single_writer=single_writer, lease_s=lease_s)
+    if not isinstance(engine, str) and (master is not None or spark is not None or workers):
+        given = [name for name, value in (("master", master), ("spark", spark), ("workers", workers))
+                 if value is not None and value != 0]
+        raise OptionsError(f"option '{given[0]}' is for an engine copy() makes by name; the engine passed is made "
+                           "already: give it its settings when you make it")
     runner = engine_named(engine, master=master, spark=spark, workers=workers) if isinstance(engine, str) else engine
     try:
         return Copy(settings, runner, progress).run(started)

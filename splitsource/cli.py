@@ -139,9 +139,10 @@ def _options(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error in one line (the usage block is what --help is for), and an epilog that may be
-    made only when the help is printed (``late_epilog``: the sink's options table imports pyarrow, which a copy's
-    command line parses its arguments without)."""
+    """argparse, with a usage error in one line (the usage block is what --help is for), and parts of the help made
+    only when it is printed: an epilog (``late_epilog``: the sink's options table imports pyarrow, which a copy's
+    command line parses its arguments without), and the installed connectors' names where a help says
+    ``{installed}`` (a scan of every installed distribution's metadata)."""
 
     late_epilog: Callable[[], str] | None = None
 
@@ -151,6 +152,11 @@ class _Parser(argparse.ArgumentParser):
     def format_help(self) -> str:
         if self.late_epilog is not None:
             self.epilog = self.late_epilog()
+        for action in self._actions:
+            if action.help and "{installed}" in action.help:
+                from splitsource._registry import installed_connectors
+
+                action.help = action.help.replace("{installed}", ", ".join(sorted(installed_connectors())))
         return super().format_help()
 
 
@@ -164,7 +170,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def source_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--connector", required=True, help="built-in connector (cassandra, generator) or module:Class")
+        p.add_argument("--connector", required=True,
+                       help="an installed connector ({installed}) or module:Class")
         p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                        help="a source option (repeat): `splitsource options --connector NAME` lists them")
         p.add_argument("--output", required=True, type=_path,
@@ -235,15 +242,11 @@ def _copy(args: argparse.Namespace) -> int:
     from splitsource._copy_call import copy
     from splitsource.copyjob._job import Progress
 
-    if args.engine == "local" and args.master is not None:
-        raise OptionsError("--master is for --engine spark; --engine local runs on this machine (see --workers)")
-    if args.engine == "spark" and args.workers:
-        raise OptionsError("--workers is for --engine local; with --engine spark, --master sets the parallelism")
     summary = copy(
         args.connector, _pairs(args.option, "-o"), args.output, format=args.format, bucketer=args.bucketer,
         sink_options={**_pairs(args.sink_option, "--sink-option"),
                       **({"table_format": args.table_format} if args.table_format != "none" else {})},
-        checkpoint=args.checkpoint, master=args.master or "local[2]", max_splits_per_batch=args.max_splits_per_batch,
+        checkpoint=args.checkpoint, master=args.master, max_splits_per_batch=args.max_splits_per_batch,
         max_rows_per_second=args.max_rows_per_second, max_mb_per_second=args.max_mb_per_second,
         progress=None if args.quiet else Progress(), engine=args.engine, workers=args.workers,
         overwrite=args.overwrite,

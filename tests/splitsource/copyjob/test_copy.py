@@ -273,9 +273,11 @@ def test_splitsource_debug_adds_the_stack_above_the_one_line(tmp_path: Path) -> 
     assert lines[-1].startswith("splitsource copy: ") and "unknown option 'rowz'" in lines[-1], result.stderr
 
 
-def test_help_shows_an_example() -> None:
+def test_help_shows_an_example_and_the_installed_connectors() -> None:
     result = run(["copy", "--help"])
     assert result.returncode == 0 and "splitsource copy --connector cassandra" in result.stdout
+    flat = " ".join(result.stdout.split())
+    assert "an installed connector (cassandra, generator, postgres, sqlite) or module:Class" in flat, flat
 
 
 def test_copy_from_python_returns_the_summary(tmp_path: Path, spark: Any) -> None:

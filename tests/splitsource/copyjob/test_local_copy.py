@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,7 +103,7 @@ def test_a_checkpoint_of_one_engine_is_refused_by_the_other(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("args, expected", [
-    (["--engine", "local", "--master", "local[4]"], "--master is for --engine spark"),
+    (["--engine", "local", "--master", "local[4]"], "--master is for --engine spark"),  # copy()'s refusal, in flags
     (["--workers", "3"], "--workers is for --engine local"),
     (["--engine", "local", "--workers", "-1"], "argument --workers: '-1' is not a number of processes from 0"),
     (["--engine", "local", "--workers", "257"], "argument --workers: '257' is not a number of processes from 0"),
@@ -111,6 +112,26 @@ def test_engine_flags_that_do_not_fit_exit_2(tmp_path: Path, args: list[str], ex
     result = run(["copy", "--connector", "generator", *args, "--output", str(tmp_path / "out")])
     assert result.returncode == 2 and expected in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"engine": "local", "master": "local[4]"}, "option 'master' is for option 'engine' spark"),
+    ({"engine": "local", "spark": object()}, "'local' runs without Spark"),
+    ({"engine": "spark", "workers": 3}, "option 'workers' is for option 'engine' local"),
+    ({"engine": "made", "workers": 3}, "option 'workers' is for an engine copy() makes by name"),
+    ({"engine": "made", "master": "local[1]"}, "option 'master' is for an engine copy() makes by name"),
+])
+def test_copy_refuses_a_setting_its_engine_does_not_take(tmp_path: Path, settings: dict[str, Any],
+                                                         named: str) -> None:
+    import splitsource
+    from splitsource import OptionsError
+    from splitsource.copyjob import LocalEngine
+
+    if settings["engine"] == "made":
+        settings = {**settings, "engine": LocalEngine(workers=1)}
+    with pytest.raises(OptionsError, match=re.escape(named)):
+        splitsource.copy("generator", {"rows": "10"}, str(tmp_path / "out"), **settings)
     assert not (tmp_path / "out").exists()
 
 
