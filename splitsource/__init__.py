@@ -10,10 +10,10 @@ The public API comes in three tiers, each in its own place:
    and :mod:`splitsource.testing`, the conformance kit. See ``docs/connector-guide.md``.
 2. **The runtime API** (:mod:`splitsource.runtime`): what drives a connector without Spark: :class:`SourceReader`,
    :class:`~splitsource.runtime.InProcessRuntime`, :func:`read_local`, :class:`RetryPolicy`.
-3. **The user's API**: :mod:`splitsource.copyjob` (:func:`copy`, :func:`verify`), :mod:`splitsource.spark`
-   (``format("splitsource")``, ``format("bucketing")``, :func:`register`), :mod:`splitsource.sink` (the bucketing
-   sink's parts), and the ``splitsource`` command. :func:`copy`, :func:`verify`, :func:`read_local` and
-   :func:`register` are also here, for short scripts.
+3. **The user's API**: :func:`copy` (here), :mod:`splitsource.copyjob` (:func:`verify`, the engines),
+   :mod:`splitsource.spark` (``format("splitsource")``, ``format("bucketing")``, :func:`register`),
+   :mod:`splitsource.sink` (the bucketing sink's parts), and the ``splitsource`` command. :func:`verify`,
+   :func:`read_local` and :func:`register` are also here, for short scripts.
 
 Importing splitsource imports no pyspark; only :mod:`splitsource.spark` does. Each name imports its module
 (pyarrow with the connector API) when first used.

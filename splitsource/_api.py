@@ -369,8 +369,7 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
         the column's Arrow type (integers for timestamps in the type's unit and for dates in days, dicts for
         structs, lists of ``(key, value)`` pairs for maps). Verify compares them with what it decodes from the
         output files, so a bug in the emitter's conversion shows as a mismatch instead of being repeated on both
-        sides. Write it from the source's own client values by code of its own, not by calling the emitter. (A
-        connector whose ``reference_rows`` takes no arguments is read in one part.)
+        sides. Write it from the source's own client values by code of its own, not by calling the emitter.
         """
         return None
 

@@ -14,7 +14,6 @@ order read: what ``verify`` joins on a mismatch to name the first rows that diff
 from __future__ import annotations
 
 import importlib
-import inspect
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -149,18 +148,8 @@ def importable(cls: type) -> bool:
     return found is cls
 
 
-def reference_parts(source: Source[Any, Any, Any, Any]) -> bool:
-    """Whether the source's ``reference_rows`` takes ``part`` and ``parts`` (a connector written before it did
-    reads its reference rows in one piece)."""
-    try:
-        parameters = inspect.signature(source.reference_rows).parameters
-    except (TypeError, ValueError):
-        return False
-    return "part" in parameters and "parts" in parameters
-
-
 def _reference_rows(source: Source[Any, Any, Any, Any], part: int, parts: int) -> Iterable[tuple[Any, ...]]:
-    rows = source.reference_rows(part, parts) if parts > 1 else source.reference_rows()
+    rows = source.reference_rows(part, parts)
     return rows if rows is not None else _rows_through_emitter(source)
 
 

@@ -45,7 +45,6 @@ from splitsource.copyjob._digest import (
     SourceSpec,
     output_file,
     output_row,
-    reference_parts,
     source_part,
     source_row,
 )
@@ -350,7 +349,7 @@ def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | No
     if close is not None:
         close()  # a generator, not started
     spec = SourceSpec.of(source, in_process=workers <= 1)
-    parts = workers * PARTS_PER_WORKER if independent and reference_parts(source) else 1
+    parts = workers * PARTS_PER_WORKER if independent else 1
     fs, base = resolve_filesystem(output)
     fmt = str(layout["format"])
     header = bool(layout.get("csv_header", True))

@@ -23,8 +23,7 @@ its record too, so a copy replays the batch and a batch write counts as failed, 
 
 The records live in ``<meta>``, by default ``<base>.bucketing`` beside the output (:func:`metadata_location`),
 so that the output directory holds data files only and every reader (DuckDB's ``'<base>/**'``, Polars'
-``read_parquet(<base>)``) reads it with its plainest call. An output written before this layout keeps its
-records in ``<base>/_bucketing`` and is read and written there.
+``read_parquet(<base>)``) reads it with its plainest call.
 
 Streaming: a record carries the query id and batch id; a batch id at or below the last one committed by the same
 query (its query record, which pruning never removes) is a replay, and its new files are discarded, not committed
