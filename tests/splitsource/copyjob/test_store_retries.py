@@ -1,6 +1,8 @@
 """Transient faults absorbed at the storage door: a GetObject whose body is cut off (a proxy in front of the real
 S3 server sends the headers, then closes), more times than the S3 client retries by itself, costs a retry of that
-read, not the copy; a write or a conditional create is never retried blindly."""
+read, not the copy; a write or a conditional create is never retried blindly: a conditional create whose answer
+the proxy loses (it forwards the PUT, then hangs up) is sent once, and fails, since a second try would find the
+object the first one made and take it for another copy's."""
 
 from __future__ import annotations
 
@@ -30,11 +32,13 @@ class CuttingProxy(http.server.ThreadingHTTPServer):
     """Forwards every request to ``upstream`` and cuts off the body of the first ``cuts`` GETs of the first object
     whose path contains ``needle`` (headers as the server sent them, Content-Length included, then the connection
     closes). pyarrow's S3 client retries a GET itself and gives up after 31 such cuts in a row (measured): 35
-    outlast it, so the storage door's own retry is what reads the object. ``requests`` logs every request: its
-    method, path and ``If-Match`` header."""
+    outlast it, so the storage door's own retry is what reads the object. A PUT whose path contains
+    ``lose_answers_to`` reaches the server, and its answer is lost: the connection closes before it. ``requests``
+    logs every request: its method, path and ``If-Match`` header."""
 
-    def __init__(self, upstream: str, needle: str, cuts: int) -> None:
+    def __init__(self, upstream: str, needle: str, cuts: int, lose_answers_to: str | None = None) -> None:
         self.upstream, self.needle, self.cuts, self.cut = urlparse(upstream), needle, cuts, []
+        self.lose_answers_to = lose_answers_to
         self.requests: list[tuple[str, str, str | None]] = []
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -65,6 +69,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                    and len(self.server.cut) < self.server.cuts and self.path in (self.server.cut or [self.path]))
             if cut:
                 self.server.cut.append(self.path)
+        if self.command == "PUT" and self.server.lose_answers_to and self.server.lose_answers_to in self.path:
+            self.close_connection = True  # the server made it; the client never hears so
+            return
         self.send_response(response.status, response.reason)
         for key, value in response.getheaders():
             if key.lower() not in HOP and (key.lower() != "content-length" or self.command == "HEAD"):
@@ -120,6 +127,26 @@ def test_a_get_cut_short_mid_body_is_read_again_and_the_copy_finishes(s3: Any, c
     assert len(cutting_proxy.cut) == 35, "a read of the commit log was not cut 35 times: the test proved nothing"
     assert done.returncode == 0, done.stderr
     assert _ids(uri) == list(range(4000))
+
+
+def test_a_conditional_create_whose_answer_is_lost_is_sent_once_and_fails(s3: Any) -> None:
+    from splitsource._fs import resolve_filesystem
+
+    proxy = CuttingProxy(os.environ["AWS_ENDPOINT_URL"], needle="\0", cuts=0, lose_answers_to="lock.json")
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        uri = f"{s3.uri('lost-answer')}?endpoint_override=127.0.0.1:{proxy.server_address[1]}&scheme=http"
+        store, base = resolve_filesystem(uri)
+        assert store.conditional is not None, "the store has no conditional create: the test proves nothing"
+        with pytest.raises(OSError):
+            store.create(f"{base}/lock.json", b'{"mine": true}')
+        puts = [r for r in proxy.requests if r[0] == "PUT" and r[1].endswith("/lock.json")]
+        assert len(puts) == 1, f"the conditional create was sent {len(puts)} times: {puts}"
+        direct, direct_base = resolve_filesystem(s3.uri("lost-answer"))
+        assert direct.read_text(f"{direct_base}/lock.json") == '{"mine": true}', "the one PUT did not land"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
 
 
 class _FailingOnce:
