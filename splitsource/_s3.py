@@ -56,9 +56,11 @@ class ConditionalCreate:
         self._stores: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def _store(self, bucket: str) -> Any:
+    def _store(self, bucket: str, retries: bool = True) -> Any:
+        """The bucket's client; ``retries=False``: one that sends each request once (a create must not be sent
+        again blindly: see :meth:`create`)."""
         with self._lock:
-            store = self._stores.get(bucket)
+            store = self._stores.get(f"{bucket}/{retries}")
             if store is None:
                 from obstore.store import S3Store
 
@@ -76,21 +78,42 @@ class ConditionalCreate:
                     config["session_token"] = s["session_token"]
                 if s.get("force_virtual_addressing"):
                     config["virtual_hosted_style_request"] = True
+                if not retries:
+                    config["retry_config"] = {"max_retries": 0}
                 store = S3Store(bucket, client_options={"allow_http": True}, **config)
-                self._stores[bucket] = store
+                self._stores[f"{bucket}/{retries}"] = store
             return store
 
-    def create(self, path: str, data: bytes) -> bool:
-        """Put ``data`` at ``path`` (``bucket/key``) unless an object is there; False if one is."""
+    def create(self, path: str, data: bytes, attempts: int = 5) -> bool:
+        """Put ``data`` at ``path`` (``bucket/key``) unless an object is there; False if one is.
+
+        A create whose answer is lost (the connection cut after the server made the object) is never sent again
+        blindly: a second try would find the object the first one made and take it for another writer's. The
+        object is read instead: ``data`` there means this create made it (every caller's bytes are its own: a
+        lease token, a copy's query id); other bytes, another writer did; none, it is tried again, up to
+        ``attempts`` times."""
         import obstore
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         bucket, _, key = path.partition("/")
-        try:
-            obstore.put(self._store(bucket), key, data, mode="create")
-        except (AlreadyExistsError, PreconditionError):
-            return False
-        return True
+        failure: BaseException | None = None
+        for _ in range(attempts):
+            try:
+                obstore.put(self._store(bucket, retries=False), key, data, mode="create")
+                return True
+            except (AlreadyExistsError, PreconditionError):
+                # after a lost answer, the object found may be the one this create made
+                return failure is not None and self._holds(path, data)
+            except Exception as exc:  # noqa: BLE001 - obstore's transport errors: the answer is unknown
+                failure = exc
+                found = self.read_tagged(path)
+                if found is not None:
+                    return found[0] == data
+        raise OSError(f"cannot create {path}: {failure}")
+
+    def _holds(self, path: str, data: bytes) -> bool:
+        found = self.read_tagged(path)
+        return found is not None and found[0] == data
 
     def replace_if(self, path: str, data: bytes, etag: str) -> str | None:
         """Put ``data`` at ``path`` only if the object there still has ``etag`` (``If-Match``): one request. The
