@@ -37,6 +37,7 @@ from splitsource._errors import (
     SplitReadError,
     SplitSourceError,
     TransientSplitReadError,
+    ValueRangeError,
 )
 from splitsource._version import __version__
 
@@ -125,6 +126,7 @@ __all__ = [
     "SplitSourceError",
     "SplitState",
     "TransientSplitReadError",
+    "ValueRangeError",
     "__version__",
     "copy",
     "describe_options",

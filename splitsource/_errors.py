@@ -7,7 +7,8 @@
     │   └── ConnectorNotFoundError        the ``connector`` option names nothing importable
     ├── ProtocolError                     a contract of the framework was broken by its caller or a connector
     ├── SplitReadError                    reading a split failed for good (.split_ids, .attempts, .waited_s)
-    │   └── TransientSplitReadError       a connector's declaration that a retry from the split state may work
+    │   ├── TransientSplitReadError       a connector's declaration that a retry from the split state may work
+    │   └── ValueRangeError               a value the source holds that its column's Arrow type cannot (.row)
     ├── ExecutorEnvironmentError          an executor cannot run what the driver planned (interpreter, package)
     ├── CheckpointError                   a checkpoint that is corrupt or belongs to another job
     │   ├── LockedError                   another copy is running on the output or checkpoint (.path)
@@ -41,6 +42,7 @@ __all__ = [
     "SplitReadError",
     "SplitSourceError",
     "TransientSplitReadError",
+    "ValueRangeError",
 ]
 
 
@@ -77,6 +79,18 @@ class SplitReadError(SplitSourceError, RuntimeError):
 
 class TransientSplitReadError(SplitReadError):
     """Raised (or mapped to) by a connector for an error that a retry from the split state may cure."""
+
+
+class ValueRangeError(SplitReadError):
+    """A value the source holds that its column's Arrow type cannot hold (a date at infinity, a timestamp past
+    Arrow's microseconds, text in an integer column). The message names the column, the value, its row's key where
+    known, and the option that reads the column another way (``text_columns`` for the SQL sources); ``row`` is the
+    value's index in its batch, where known. Never retried; a copy exits 1 with that one line, as for any data the
+    copy cannot hold, and writes nothing of the batch."""
+
+    def __init__(self, message: str, row: int | None = None, *, split_ids: Sequence[str] = ()) -> None:
+        super().__init__(message, split_ids=split_ids)
+        self.row = row
 
 
 class ExecutorEnvironmentError(SplitSourceError, RuntimeError):

@@ -17,8 +17,8 @@ from connectors.cassandra._session import (
     shared_session,
 )
 from connectors.cassandra._splits import CassandraSplit, CassandraSplitState
-from connectors.cassandra._types import ValueRangeError, exact_protocol_handler
-from splitsource import ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, SplitState
+from connectors.cassandra._types import exact_protocol_handler
+from splitsource import ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, SplitState, ValueRangeError
 
 __all__ = ["CassandraEmitter", "CassandraSplitReader"]
 

@@ -47,6 +47,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from splitsource import ValueRangeError
+
 __all__ = ["arrow_type", "column_converter", "exact_protocol_handler", "exact_type", "kind", "select_expression"]
 
 _SIMPLE: dict[str, pa.DataType] = {
@@ -230,14 +232,6 @@ def select_expression(cql_type: Any, column_sql: str) -> str:
     expects."""
     template = _SERVER_SIDE.get(kind(cql_type))
     return template.format(column_sql) if template else column_sql
-
-
-class ValueRangeError(ValueError):
-    """A value the source holds that its Arrow type cannot; ``row``: its index in the batch, where known."""
-
-    def __init__(self, message: str, row: int | None = None) -> None:
-        super().__init__(message)
-        self.row = row
 
 
 _MIN_MS, _MAX_MS = -(_INT64 // 1000), (_INT64 - 1) // 1000  # the epoch milliseconds timestamp[us] can hold

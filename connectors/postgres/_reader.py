@@ -20,7 +20,16 @@ from connectors.postgres._catalog import Table, ident, literal, session_options
 from connectors.postgres._options import PostgresOptions, conninfo
 from connectors.postgres._session import login_error, one_line
 from connectors.postgres._splits import PostgresSplit, PostgresSplitState, narrowed
-from splitsource import OptionsError, ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, SplitReadError
+from splitsource import (
+    OptionsError,
+    ReadEvent,
+    RecordEmitter,
+    RecordsBySplits,
+    SplitQueue,
+    SplitReader,
+    SplitReadError,
+    ValueRangeError,
+)
 
 __all__ = ["PostgresEmitter", "PostgresSplitReader", "key_condition", "snapshot_gone"]
 
@@ -260,9 +269,9 @@ def _refuse_beyond_arrow(table: Table, arrays: list[pa.Array], page: pa.RecordBa
         if table.key and all(name in page.schema.names for name in table.key_names):
             key = _key_at(table, page, int(np.argmax(hit)))
             row = " (row " + ", ".join(f"{c.name}={text}" for c, text in zip(table.key, key, strict=True)) + ")"
-        raise OptionsError(f"connector 'postgres': column {column.name} of {table.label} holds {what}{row}, which "
-                           f"Arrow's {column.arrow} cannot hold; add -o text_columns={column.name} to read it as "
-                           "the server's text")
+        raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label} holds {what}{row}, "
+                              f"which Arrow's {column.arrow} cannot hold; add -o text_columns={column.name} to read "
+                              "it as the server's text")
 
 
 def key_condition(table: Table, split: PostgresSplit) -> list[str]:

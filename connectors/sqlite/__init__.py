@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from splitsource import KeyRange, KeyRangeSource, OptionsError, SplitReadError, option
+from splitsource import KeyRange, KeyRangeSource, OptionsError, ValueRangeError, option
 
 # SQLite's affinity rules in its order (sqlite.org/datatype3.html, 3.1), BOOL first; None: NUMERIC, read as text
 _AFFINITY = (("BOOL", pa.int64()), ("INT", pa.int64()), ("CHAR", pa.string()), ("CLOB", pa.string()),
@@ -81,7 +81,7 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
         try:  # SQLite keeps any value in any column: one its column's Arrow type cannot hold stops the read
             arrays = [pa.array(values, arrow) for values, (_, _, arrow) in zip(columns[1:], self._columns, strict=True)]
         except (TypeError, ValueError) as exc:
-            raise SplitReadError(f"connector 'sqlite': table {self.options.table}: {exc}") from None
+            raise ValueRangeError(f"connector 'sqlite': table {self.options.table}: {exc}") from None
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema()), (columns[0][-1] if columns[0] else None)
 
     def reference_rows(self, part: int = 0, parts: int = 1) -> Any:

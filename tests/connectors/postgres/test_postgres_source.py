@@ -13,7 +13,7 @@ import pytest
 
 from connectors.postgres import PostgresSource
 from connectors.postgres._reader import key_condition
-from splitsource import FixedEnumeratorContext, OptionsError, testing
+from splitsource import FixedEnumeratorContext, OptionsError, ValueRangeError, testing
 from tests.connectors.postgres.conftest import expected_events, make_events, options
 from tests.fixtures import PostgresServer
 
@@ -312,5 +312,5 @@ def test_a_value_beyond_arrow_is_found_by_its_validity_and_offset() -> None:
     _refuse_beyond_arrow(table, nulled.columns, nulled)
     _refuse_beyond_arrow(table, nulled.slice(1).columns, nulled.slice(1))
     for held in (page([True, True, True]), page([True, True, True]).slice(1)):
-        with pytest.raises(OptionsError, match=r"column at of public.t holds infinity .* \(row id=2\)"):
+        with pytest.raises(ValueRangeError, match=r"column at of public.t holds infinity .* \(row id=2\)"):
             _refuse_beyond_arrow(table, held.columns, held)
