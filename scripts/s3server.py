@@ -170,10 +170,13 @@ def spark_jars() -> list[Path]:
         mvn = shutil.which("mvn")
         if mvn is None:
             raise SystemExit("s3server.py: Maven (mvn) is needed to fetch hadoop-aws from Maven Central")
-        subprocess.run([mvn, "-q", "-B", "dependency:get", f"-Dartifact=org.apache.hadoop:hadoop-project:{hadoop}:pom",
-                        "-Dtransitive=false"], check=True, stdout=sys.stderr)
-        pom = Path.home() / ".m2" / "repository" / "org" / "apache" / "hadoop" / "hadoop-project" / hadoop / \
-            f"hadoop-project-{hadoop}.pom"
+        # the local repository named, not left to Maven: Maven finds the home directory from the user database,
+        # not $HOME, and this reads the pom from where it put it
+        repository = Path.home() / ".m2" / "repository"
+        subprocess.run([mvn, "-q", "-B", f"-Dmaven.repo.local={repository}", "dependency:get",
+                        f"-Dartifact=org.apache.hadoop:hadoop-project:{hadoop}:pom", "-Dtransitive=false"],
+                       check=True, stdout=sys.stderr)
+        pom = repository / "org" / "apache" / "hadoop" / "hadoop-project" / hadoop / f"hadoop-project-{hadoop}.pom"
         sdk = re.search(r"<aws-java-sdk-v2.version>([^<]+)<", pom.read_text())
         if sdk is None:
             raise SystemExit(f"s3server.py: {pom} names no AWS SDK version")
