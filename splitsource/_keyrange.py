@@ -1,9 +1,10 @@
 """KeyRangeSource: the short path for a source whose rows are ordered by a key, cut into ranges, and resumed after
-the last key read (SQLite's rowids, a table's primary key, Cassandra's tokens all fit it).
+the last key read (SQLite's rowids, a table's primary key).
 
-An author writes the options, ``schema``, ``boundaries`` (where the ranges end) and ``read`` (one page of a range),
-and gets the split, its state, the enumerator, the reader, the emitter, versioned serializers and every factory
-of :class:`~splitsource.Source`; ``connectors/sqlite`` is the worked example (docs/connector-guide.md)::
+An author writes the options, ``schema``, ``boundaries`` (where the ranges end) and ``read`` (one page of a range,
+and whether the range is done), and gets the split, its state, the enumerator, the reader, the emitter, versioned
+serializers and every factory of :class:`~splitsource.Source`; ``connectors/sqlite`` is the worked example
+(docs/connector-guide.md)::
 
     class Numbers(KeyRangeSource[NumbersOptions]):
         name = "numbers"
@@ -19,13 +20,15 @@ of :class:`~splitsource.Source`; ``connectors/sqlite`` is the worked example (do
             low = -1 if split.after is None else split.after
             high = self.options.count - 1 if split.upto is None else split.upto
             keys = list(range(low + 1, min(high, low + limit) + 1))
-            return pa.record_batch([pa.array(keys, pa.int64())], names=["n"]), (keys[-1] if keys else None)
+            done = not keys or keys[-1] == high  # said, never guessed from a short page
+            return pa.record_batch([pa.array(keys, pa.int64())], names=["n"]), (keys[-1] if keys else None), done
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -43,6 +46,7 @@ from splitsource._api import (
     SplitReader,
     SplitState,
 )
+from splitsource._errors import ProtocolError
 from splitsource._splits import SplitQueue
 from splitsource._typed_options import Secret
 
@@ -50,7 +54,7 @@ __all__ = ["KeyRange", "KeyRangePosition", "KeyRangeSource", "ResumeState"]
 
 SplitT = TypeVar("SplitT", bound=Split)
 OptionsT = TypeVar("OptionsT")
-Page = tuple[pa.RecordBatch, Any]
+Page = tuple[pa.RecordBatch, Any]  # what the emitter gets: a page's rows, and the key of the last
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,10 +119,20 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
         boundaries may differ from the first run's."""
 
     @abc.abstractmethod
-    def read(self, connection: Any, split: KeyRange, limit: int) -> Page:
+    def read(self, connection: Any, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
         """One page of ``split``: at most ``limit`` rows with ``split.after < key <= split.upto``, in key order, as
-        an Arrow batch of :meth:`schema`, and the key of its last row (``None`` when there is no row). A page with
-        fewer than ``limit`` rows ends the range."""
+        an Arrow batch of :meth:`schema`; the key of its last row (``None`` when there is no row); and whether the
+        range is done (no row after this page's in it). The end is said, never inferred from a short page: a
+        server may cap its pages below ``limit``. A page of more than ``limit`` rows, or of none that does not end
+        the range, is a :class:`~splitsource.ProtocolError`."""
+
+    def interrupt(self, connection: Any) -> None:
+        """Make a :meth:`read` running on ``connection`` in another thread return soon, by raising: the reader's
+        ``wake_up``. The read is then asked again from the same key. The default calls the connection's
+        ``interrupt()`` where it has one (``sqlite3``'s); override it for another (libpq's cancel)."""
+        interrupt = getattr(connection, "interrupt", None)
+        if callable(interrupt):
+            interrupt()
 
     def identity(self) -> Mapping[str, Any]:
         """The connector's name and every option but secrets (override to leave out options that do not change
@@ -128,8 +142,9 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
                                            if not isinstance(getattr(self.options, field.name), Secret)}}
 
     def connect(self) -> Any:
-        """What :meth:`read` reads through (a database connection), opened once per reader and closed with it when
-        it has ``close()``. The default: ``None``."""
+        """What :meth:`read` reads through (a database connection), opened once per reader, closed with it where it
+        has ``close()`` and interrupted by ``wake_up`` where it has ``interrupt()`` (:meth:`interrupt`). The
+        default: ``None``."""
         return None
 
     def create_enumerator(self, context: SplitEnumeratorContext) -> SplitEnumerator[KeyRange, KeyRangePosition]:
@@ -186,28 +201,50 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
 
 
 class _Reader(SplitReader[KeyRange, Page]):
-    def __init__(self, source: KeyRangeSource[Any]) -> None:
+    """Reads the head range page by page; ``limit``: rows a page (the source's ``page_rows``; the kit reads with
+    others)."""
+
+    def __init__(self, source: KeyRangeSource[Any], limit: int = 0) -> None:
         self._source = source
+        self._limit = limit or source.page_rows
         self._queue: SplitQueue[KeyRange, Any] = SplitQueue(lambda split: split.after)
         self._connection: Any = None
+        self._woken = threading.Event()
 
     def add_splits(self, splits: Sequence[KeyRange]) -> None:
         self._queue.add(splits)
 
     def fetch(self) -> RecordsBySplits[Page]:
         split = self._queue.head
-        if split is None:
+        if split is None or self._woken.is_set():
+            self._woken.clear()
             return RecordsBySplits()
         if self._connection is None:
             self._connection = self._source.connect()
-        limit = self._source.page_rows
-        batch, last = self._source.read(self._connection, dataclasses.replace(split, after=self._queue.position), limit)
+        limit = self._limit
+        try:
+            at = dataclasses.replace(split, after=self._queue.position)
+            batch, last, done = self._source.read(self._connection, at, limit)
+        except Exception:
+            if self._woken.is_set():  # the read was interrupted: ask again from the same key
+                self._woken.clear()
+                return RecordsBySplits()
+            raise
+        if batch.num_rows > limit or not (batch.num_rows or done):
+            ended = "" if batch.num_rows else " and did not end the range"
+            raise ProtocolError(f"connector {self._source.name!r}: read() of {split.split_id} returned "
+                                f"{batch.num_rows} rows for a limit of {limit}{ended}")
         batches = [(split.split_id, (batch, last))] if batch.num_rows else []
-        if batch.num_rows < limit:
+        if done:
             self._queue.pop()
             return RecordsBySplits(batches, frozenset({split.split_id}))
         self._queue.position = last
         return RecordsBySplits(batches)
+
+    def wake_up(self) -> None:
+        self._woken.set()
+        if self._connection is not None:
+            self._source.interrupt(self._connection)
 
     def close(self) -> None:
         connection, self._connection = self._connection, None

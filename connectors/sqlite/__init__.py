@@ -74,15 +74,16 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
         columns = ", ".join(selected for _, selected, _ in self._columns)
         return f"SELECT rowid, {columns} FROM {_quote(self.options.table)} {where} ORDER BY rowid"
 
-    def read(self, connection: sqlite3.Connection, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any]:
+    def read(self, connection: sqlite3.Connection, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
         bounds = (-math.inf if split.after is None else split.after, math.inf if split.upto is None else split.upto)
         rows = connection.execute(self._select("WHERE rowid > ? AND rowid <= ?") + " LIMIT ?", (*bounds, limit))
-        columns = list(zip(*rows.fetchall(), strict=True)) or [()] * (len(self._columns) + 1)
+        ids, *values = list(zip(*rows.fetchall(), strict=True)) or [()] * (len(self._columns) + 1)
         try:  # SQLite keeps any value in any column: one its column's Arrow type cannot hold stops the read
-            arrays = [pa.array(values, arrow) for values, (_, _, arrow) in zip(columns[1:], self._columns, strict=True)]
+            arrays = [pa.array(v, arrow) for v, (_, _, arrow) in zip(values, self._columns, strict=True)]
         except (TypeError, ValueError) as exc:
             raise ValueRangeError(f"connector 'sqlite': table {self.options.table}: {exc}") from None
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema()), (columns[0][-1] if columns[0] else None)
+        # SQLite returns every row LIMIT asks for, so fewer end the range (wake_up: the connection's interrupt())
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema()), (ids or (None,))[-1], len(ids) < limit
 
     def reference_rows(self, part: int = 0, parts: int = 1) -> Any:
         with closing(self.connect()) as db:

@@ -99,8 +99,9 @@ class UnsizedSource(KeyRangeSource[UnsizedOptions]):
     def boundaries(self) -> Any:
         return ((upto, 0) for upto in range(99, self.options.rows - 1, 100))
 
-    def read(self, connection: Any, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any]:
+    def read(self, connection: Any, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
         start = 0 if split.after is None else split.after + 1
         stop = self.options.rows if split.upto is None else min(split.upto + 1, self.options.rows)
         keys = list(range(start, min(stop, start + limit)))
-        return pa.record_batch([pa.array(keys, pa.int64())], names=["n"]), (keys[-1] if keys else None)
+        return (pa.record_batch([pa.array(keys, pa.int64())], names=["n"]), (keys[-1] if keys else None),
+                start + limit >= stop)

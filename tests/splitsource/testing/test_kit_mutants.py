@@ -6,6 +6,7 @@ through the runtime under test."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -20,7 +21,7 @@ from connectors.generator._source import (
     GeneratorSplitState,
 )
 from serializers import MsgpackRecordSerializer
-from splitsource import testing
+from splitsource import KeyRange, KeyRangeSource, option, testing
 from splitsource._api import RecordsBySplits
 
 OPTIONS = {"rows": "2000", "split_rows": "200", "batch_rows": "50", "fetch_delay_ms": "2", "columns": "id:bigint"}
@@ -241,3 +242,66 @@ def test_the_kit_catches_a_planted_bug_with_the_check_meant_for_it(mutant: type[
     if mutant is not IgnoresWakeUp:  # its fetches wait 3 s each: the whole kit would take minutes
         with pytest.raises(AssertionError):
             testing.check_all(mutant(options), truth)
+
+
+@dataclass(frozen=True)
+class _NumbersOptions:
+    count: int = option(2000, doc="the numbers below this")
+
+
+class CappedPages(KeyRangeSource[_NumbersOptions]):
+    """A short-path source whose server caps its pages at 7 rows, and whose read takes a page shorter than the
+    limit for the end of its range (the guess the explicit ``done`` replaces): every range ends after 7 rows."""
+
+    name = "capped"
+    options_class = _NumbersOptions
+
+    def schema(self) -> pa.Schema:
+        return pa.schema([pa.field("n", pa.int64(), False)])
+
+    def boundaries(self) -> Any:
+        return ((upto, 800) for upto in range(99, self.options.count - 1, 100))
+
+    def read(self, connection: Any, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
+        start = 0 if split.after is None else split.after + 1
+        stop = self.options.count if split.upto is None else split.upto + 1
+        keys = list(range(start, min(stop, start + limit, start + 7)))  # the server's cap
+        page = pa.record_batch([pa.array(keys, pa.int64())], schema=self.schema())
+        return page, (keys[-1] if keys else None), len(keys) < limit
+
+
+def test_the_kit_run_without_a_reference_catches_a_short_path_source_whose_pages_stop_at_7_rows() -> None:
+    with pytest.raises(AssertionError) as caught:
+        testing.check_all(CappedPages({}))
+    message = str(caught.value)
+    assert message.startswith("check_page_sizes: range-0 read in pages of 3 rows, against pages of 10000"), message
+    assert "93 row(s) extra or duplicated" in message, message  # 100 rows in 3-row pages, 7 in capped ones
+    testing.check_page_sizes(GeneratorSource(OPTIONS))  # a source of the full API: nothing to check
+
+
+class _Capped(CappedPages):
+    def read(self, connection: Any, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
+        page, last, _ = super().read(connection, split, limit)
+        stop = self.options.count - 1 if split.upto is None else split.upto
+        return page, last, last is None or last >= stop  # the end said, not guessed
+
+
+def test_a_short_path_source_that_says_its_end_passes_the_kit_with_capped_pages() -> None:
+    testing.check_all(_Capped({}), pa.table({"n": pa.array(range(2000), pa.int64())},
+                                            schema=pa.schema([pa.field("n", pa.int64(), False)])))
+
+
+class _LongPages(_Capped):
+    def read(self, connection: Any, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
+        page, last, done = super().read(connection, split, limit + 7)
+        return page, last, done
+
+
+def test_a_page_longer_than_the_limit_is_refused() -> None:
+    from splitsource import ProtocolError
+
+    reader = _LongPages({}).create_split_reader()
+    reader.add_splits([KeyRange(0, None, 99, 800)])
+    with pytest.raises(ProtocolError, match=r"read\(\) of range-0 returned 7 rows for a limit of 3"):
+        reader._limit = 3  # type: ignore[attr-defined]
+        reader.fetch()
