@@ -167,9 +167,18 @@ class S3Server:
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A real S3 API on loopback, started from the cache (built by ``scripts/s3server.py install``, which
-    scripts/test.sh runs); the standard AWS variables are set for this process and its children."""
-    from scripts.s3server import start, stop
+    scripts/test.sh runs in the background while the first tests run: where ``SPLITSOURCE_S3_BUILD`` names the file
+    its exit status will be in, this waits for it); the standard AWS variables are set for this process and its
+    children."""
+    from scripts.s3server import BINARY, start, stop
 
+    status = os.environ.get("SPLITSOURCE_S3_BUILD")
+    if status and not BINARY.exists():
+        wait_for(lambda: Path(status).exists(), "the S3 server's build (scripts/s3server.py install)", 1800)
+        if Path(status).read_text().strip() != "0":
+            log = Path(status).with_name("log")
+            pytest.fail(f"building the S3 server failed: {log.read_text()[-2000:] if log.exists() else ''}",
+                        pytrace=False)
     root = tmp_path_factory.mktemp("s3")
     port = search_port(18533, 18633, "the S3 server", span=6, step=10)  # a server takes six ports from its first
     try:
