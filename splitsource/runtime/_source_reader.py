@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 import pyarrow as pa
 
 from splitsource._api import ReadEvent, RecordEmitter, Source, Split, SplitReader, SplitState
-from splitsource._errors import ProtocolError, SplitReadError, SplitSourceError
+from splitsource._errors import ProtocolError, SplitReadError, SplitSourceError, ValueRangeError
 from splitsource._planning import ReadRate, RetryPolicy
 from splitsource.runtime._throttle import Throttle
 
@@ -262,8 +262,9 @@ class SourceReader(Generic[SplitT, RawT]):
         split_ids = ", ".join(held) or "(none assigned)"
         self._stop_fetcher()
         if not self._source.is_transient(error):
-            if isinstance(error, SplitSourceError) and not isinstance(error, SplitReadError):
-                raise error  # the connector's own clear error (bad option, missing table): as it is
+            if isinstance(error, ValueRangeError) or (isinstance(error, SplitSourceError)
+                                                      and not isinstance(error, SplitReadError)):
+                raise error  # the connector's own clear error (bad option, missing table, a value): as it is
             raise SplitReadError(f"reading split(s) {split_ids} failed: {error}", split_ids=held,
                                  attempts=attempt) from error
         if self._retry.gives_up(attempt, waited):

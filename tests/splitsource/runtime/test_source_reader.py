@@ -152,3 +152,21 @@ def test_a_reader_started_while_the_node_is_down_waits_for_it() -> None:
     reader = SourceReader(source, supplier(source), retry=policy)
     assert [i for b in reader.read() for i in b.column("id").to_pylist()] == expected_ids(2000)
     assert source.refused > policy.max_attempts
+
+
+def test_a_value_its_type_cannot_hold_reaches_the_caller_as_itself() -> None:
+    """The connector's ValueRangeError names the column and the way round: the reader passes it on as it is (its
+    class and message), never retried and never wrapped in a generic read failure."""
+    from connectors.generator._source import GeneratorSplitReader
+    from splitsource import RecordsBySplits, ValueRangeError
+
+    class Refusing(GeneratorSplitReader):
+        def fetch(self) -> RecordsBySplits[object]:
+            raise ValueRangeError("column at holds infinity (row id=2); add -o text_columns=at", 2)
+
+    source = GeneratorSource({"rows": "1000", "split_rows": "500"})
+    source.create_split_reader = lambda: Refusing(source)  # type: ignore[method-assign]
+    reader = SourceReader(source, supplier(source), retry=FAST)
+    with pytest.raises(ValueRangeError, match=r"^column at holds infinity \(row id=2\); add -o text_columns=at$"):
+        list(reader.read())
+    assert reader.metrics.retries == 0
