@@ -290,12 +290,17 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
     its constructor must be cheap and deterministic; connect lazily. Class attributes:
 
     - ``name``: the short name users pass as ``connector`` (``"generator"``, ``"cassandra"``);
-    - ``options_class``: a frozen dataclass of options (see :func:`splitsource.option`).
+    - ``options_class``: a frozen dataclass of options (see :func:`splitsource.option`);
+    - ``resumes_from_state``: False (the default): a copy that restarts restores the enumerator from its plan and
+      cuts the splits it had taken again, which must come out the same (a plan that moved is refused); True: a
+      copy's offsets carry the enumerator's state after each batch (keep it small) and a restart restores that
+      state as it is, so a plan that moved since (boundaries of a table that changed) resumes where the state says.
     """
 
     name: ClassVar[str] = ""
     options_class: ClassVar[type[Any]]
     boundedness: ClassVar[Boundedness] = Boundedness.BOUNDED
+    resumes_from_state: ClassVar[bool] = False
 
     def __init__(self, options: Mapping[str, str] | OptionsT) -> None:
         from splitsource._typed_options import parse_options

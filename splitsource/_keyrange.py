@@ -110,13 +110,15 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
     :meth:`connect` when reading needs a connection, and ``page_rows`` for another page size."""
 
     page_rows: ClassVar[int] = 10_000
+    resumes_from_state: ClassVar[bool] = True  # a resumed copy skips the ranges it handed out, by key
 
     @abc.abstractmethod
     def boundaries(self) -> Iterable[tuple[Any, int]]:
-        """The plan, lazily: ``(upto, estimated_bytes)`` for each range, ``upto`` ascending. The ranges are
+        """The plan, lazily: ``(upto, estimated_bytes)`` for each range, ``upto`` strictly ascending as Python
+        compares keys (one that is not is a :class:`~splitsource.ProtocolError`, never dropped). The ranges are
         ``(None, upto_0]``, ``(upto_0, upto_1]``, ... and a last one after the last ``upto`` to the end (estimated as
         the one before it). Called again when a copy resumes: ranges already handed out are skipped by key, so the
-        boundaries may differ from the first run's."""
+        boundaries may differ from the first run's (a table that changed)."""
 
     @abc.abstractmethod
     def read(self, connection: Any, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
@@ -181,6 +183,9 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
         self._at = state.position
         self._bounds: Iterator[tuple[Any, int]] | None = None
         self._size = 0
+        # a range was cut from this enumerator's boundaries: from here on they must ascend (before it, those not
+        # above the resumed position are the ranges handed out before, skipped by key)
+        self._planning = False
 
     def generate_split(self) -> KeyRange | None:
         at = self._at
@@ -192,7 +197,13 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
             self._size = size
             if at.after is None or upto > at.after:
                 self._at = KeyRangePosition(at.index + 1, upto)
+                self._planning = True
                 return KeyRange(at.index, at.after, upto, self._size)
+            if self._planning:  # past the ranges a resumed copy skips: a boundary out of order would lose keys
+                raise ProtocolError(
+                    f"connector {self._source.name!r}: boundaries() gave {upto!r} after {at.after!r}: boundaries "
+                    "must ascend as Python compares them; give keys that sort as the source sorts them (a "
+                    "collation's sort key), or cut the ranges by a key that does")
         self._at = KeyRangePosition(at.index + 1, at.after, done=True)
         return KeyRange(at.index, at.after, None, self._size)
 

@@ -11,6 +11,8 @@ An offset is a JSON dict that carries everything needed to replay its batch afte
 - ``batch``: this batch's splits, serialized: a replay reads exactly them. Restoring the enumerator at an offset
   takes ``taken`` splits from the plan and checks that the last of them are this batch's (an enumerator that does
   not cut the same splits from the same state is refused, never trusted);
+- ``state``: only for a source that ``resumes_from_state``: the enumerator's state after this batch, restored as
+  it is after a restart, with no split cut again (its plan may have moved since: a table's boundaries);
 - ``total``: the enumerator's estimate of all splits (for progress);
 - ``source``: a fingerprint of the source's identity: a checkpoint of another source is refused.
 
@@ -228,7 +230,16 @@ def _take(enumerator: SplitEnumerator[Any, Any], limit: BatchLimit) -> list[Spli
 
 def _restore_at(source: Source[Any, Any, Any, Any], start: Mapping[str, Any], parallelism: int,
                 store: PlanStore) -> SplitEnumerator[Any, Any]:
-    """The plan's enumerator after ``start["taken"]`` splits, checked against the splits of ``start``'s batch."""
+    """The plan's enumerator after ``start["taken"]`` splits, checked against the splits of ``start``'s batch; or,
+    for a source that ``resumes_from_state``, the enumerator restored from the state ``start`` carries."""
+    if "state" in start:
+        try:
+            state = enumerator_state_from_bytes(source, base64.b64decode(start["state"], validate=True))
+        except (SerializationError, ValueError, TypeError) as exc:
+            raise _unreadable(exc) from None
+        restored = source.restore_enumerator(FixedEnumeratorContext(parallelism), state)
+        restored.start()
+        return restored
     plan = store.get(start)
     try:
         state = enumerator_state_from_bytes(source, plan)
@@ -283,6 +294,8 @@ def next_offset(source: Source[Any, Any, Any, Any], fingerprint: str, start: Map
                            "batch": [_b64(write_envelope(serializer, s)) for s in batch]}
     if "plan_state" in start:
         end["plan_state"] = start["plan_state"]
+    if source.resumes_from_state:
+        end["state"] = _b64(enumerator_state_to_bytes(source, enumerator.snapshot_state()))
     _LIVE.keep((fingerprint, key[1], end["taken"]), enumerator)
     return end
 
@@ -308,8 +321,9 @@ def validated(offset: Any) -> dict[str, Any]:
         plan = offset["plan"]
         if not (isinstance(plan, str) and len(plan) == 32 and all(c in "0123456789abcdef" for c in plan)):
             raise ValueError(f"plan {plan!r} is not a digest")
-        if "plan_state" in offset:
-            base64.b64decode(offset["plan_state"], validate=True)
+        for encoded in ("plan_state", "state"):
+            if encoded in offset:
+                base64.b64decode(offset[encoded], validate=True)
         return dict(offset)
     except (ValueError, KeyError, TypeError) as exc:
         raise _unreadable(exc) from None

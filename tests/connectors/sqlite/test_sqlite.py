@@ -8,6 +8,7 @@ import ast
 import math
 import sqlite3
 import struct
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,47 @@ def test_a_sigkill_storm_ends_with_every_row_once(tmp_path: Path, engine: str, k
     ids = table.column("id").to_pylist()
     assert sorted(ids) == [3 * i for i in range(1, 200_001)]  # every row once
     assert table.column("name").null_count == 20_000
+
+
+def test_a_copy_killed_then_resumed_after_inserts_moved_its_boundaries_holds_every_key_once(tmp_path: Path) -> None:
+    """The guide's promise for the short path: SQLite's ranges follow the table (its rowids' span and count), so
+    rows inserted between a kill and the re-run move every boundary. The re-run replays the batch the kill left,
+    then restores the enumerator's state (the last key handed out) and cuts the rest from the new boundaries:
+    every key the table held once, and every row inserted past the killed batch copied, none twice."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.splitsource.copyjob.test_copy import KILL_POINTS, committed_rows
+
+    db, out, gate = tmp_path / "n.db", tmp_path / "out", tmp_path / "gate"
+    make_numbers(db, 20_000)  # rowids 3, 6, ..., 60,000: ten ranges of 2,000
+    gate.mkdir()
+    args = ["copy", *cli(db, split_rows="2000"), "--output", str(out), "--engine", "local", "--workers", "1",
+            "--max-splits-per-batch", "2", "--quiet"]
+    held = subprocess.Popen([sys.executable, str(KILL_POINTS), str(gate), "written", *args], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (gate / "reached").exists():
+        assert held.poll() is None, held.communicate()[1]
+        assert time.monotonic() < deadline, "the copy never reached its second batch"
+        time.sleep(0.02)
+    os.killpg(held.pid, signal.SIGKILL)
+    held.wait()
+    first = committed_rows(out)
+    assert 0 < first < 20_000
+    inside = [3 * i + 1 for i in range(1, 20_000, 7)]  # between the rowids of every range, read or not
+    past = list(range(60_001, 65_001))  # after the last rowid: the open last range grows
+    with closing(sqlite3.connect(db)) as con, con:
+        con.executemany("INSERT INTO t VALUES (?, ?, 0.5)", [(i, f"new {i}") for i in inside + past])
+    again = run(args)
+    assert again.returncode == 0, again.stderr
+    ids = pq.read_table(out, columns=["id"]).column("id").to_pylist()
+    assert len(ids) == len(set(ids)), "a row was copied twice"
+    assert {3 * i for i in range(1, 20_001)} <= set(ids), "a row the table held at the kill was lost"
+    assert set(past) <= set(ids), "a row inserted past the killed batch was lost"
+    # the rows inserted inside the first batch's ranges, committed before the inserts, are the only ones left out
+    committed_keys = sorted(3 * i for i in range(1, 20_001))[:first]
+    assert {i for i in inside if i > committed_keys[-1]} <= set(ids)

@@ -305,3 +305,20 @@ def test_a_page_longer_than_the_limit_is_refused() -> None:
     with pytest.raises(ProtocolError, match=r"read\(\) of range-0 returned 7 rows for a limit of 3"):
         reader._limit = 3  # type: ignore[attr-defined]
         reader.fetch()
+
+
+class _Unordered(_Capped):
+    """Boundaries in an order Python's comparison does not follow (a case-insensitive collation's 'a' < 'B')."""
+
+    def boundaries(self) -> Any:
+        return iter([(99, 800), (299, 800), (199, 800), (399, 800)])
+
+
+def test_a_boundary_out_of_order_is_refused_never_dropped() -> None:
+    from splitsource import FixedEnumeratorContext, ProtocolError
+
+    enumerator = _Unordered({}).create_enumerator(FixedEnumeratorContext(1))
+    enumerator.start()
+    assert [enumerator.next_split().split_id for _ in range(2)] == ["range-0", "range-1"]  # type: ignore[union-attr]
+    with pytest.raises(ProtocolError, match=r"boundaries\(\) gave 199 after 299: boundaries must ascend"):
+        enumerator.next_split()
