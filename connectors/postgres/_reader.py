@@ -10,6 +10,7 @@ split where its state says.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,12 +60,17 @@ def snapshot_gone(exc: BaseException) -> bool:
     return any(words in message for words in _SNAPSHOT_GONE.values())
 
 
+class _Woken(Exception):
+    """wake_up came before the page's query was sent."""
+
+
 class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
     def __init__(self, options: PostgresOptions, table: Table) -> None:
         self._options, self._table = options, table
         self._queue: SplitQueue[PostgresSplit, PostgresSplit] = SplitQueue(lambda split: split)
         self._connection: _Connection | None = None
         self._events: list[ReadEvent] = []
+        self._woken = threading.Event()
 
     def add_splits(self, splits: Sequence[PostgresSplit]) -> None:
         self._queue.add(splits)
@@ -106,12 +112,21 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         if at.done:
             self._queue.pop()
             return RecordsBySplits.finished_only(split.split_id)
+        if self._woken.is_set():  # woken before this fetch began: return at once, as a cut one does
+            self._woken.clear()
+            return RecordsBySplits()
         try:
             page, after = self._page(at)
         except (OptionsError, SplitReadError):
             raise
+        except _Woken:
+            self._woken.clear()
+            return RecordsBySplits()
         except Exception:
             self.close()  # the next fetch connects again and resumes from the split state
+            if self._woken.is_set():  # cancelled by wake_up: nothing read, the page is asked again
+                self._woken.clear()
+                return RecordsBySplits()
             raise
         events, self._events = tuple(self._events), []
         if after.done:
@@ -125,6 +140,8 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         columns = [c.select for c in table.columns]
         conditions = [f"({options.where})"] if options.where else []
         connection = self._connection_for(split)
+        if self._woken.is_set():  # woken while connecting: a cancel finds no query to cut, so stop here
+            raise _Woken()
         if split.by_blocks:
             end = split.first_block + max(1, int(options.page_mb * 1024 * 1024) // BLOCK)
             if split.end_block >= 0:
@@ -155,6 +172,14 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         arrays = _arrays(table, page)
         _refuse_beyond_arrow(table, arrays, page)
         return pa.RecordBatch.from_arrays(arrays, schema=table.schema), after
+
+    def wake_up(self) -> None:
+        """Cut the running page's query short (libpq's cancel, through the driver): the fetch returns nothing, and
+        the next one asks for the page again in a new session, which imports the run's snapshot."""
+        self._woken.set()
+        connection = self._connection
+        if connection is not None:
+            connection.cancel()
 
     def close(self) -> None:
         if self._connection is not None:
@@ -200,6 +225,13 @@ class _Connection:
         if len(batches) == 1:
             return batches[0]
         return pa.RecordBatch.from_arrays([c.combine_chunks() for c in result.columns], schema=result.schema)
+
+    def cancel(self) -> None:
+        """Ask the server to cancel the statement running now (from another thread); a finished one is left be."""
+        try:
+            self._statement.cancel()
+        except Exception:  # noqa: BLE001 - a connection closed meanwhile has nothing to cancel
+            pass
 
     def close(self) -> None:
         for handle in reversed(self._handles):

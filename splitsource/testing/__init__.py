@@ -273,9 +273,11 @@ def _narrowed(source: AnySource, split: Split) -> Split:
     return remaining
 
 
-def check_wake_up_resume(source: AnySource, timeout: float = 30.0, max_splits: int = 8) -> None:
-    """A fetch interrupted by ``wake_up`` returns promptly, and fetching on yields every record once. Tried on the
-    first of the first ``max_splits`` splits that takes more than one fetch (a source's first split may be small)."""
+def check_wake_up_resume(source: AnySource, timeout: float = 2.0, max_splits: int = 8) -> None:
+    """A fetch interrupted by ``wake_up`` returns within ``timeout`` seconds, and fetching on yields every record
+    once. Tried on the first of the first ``max_splits`` splits that takes more than one fetch (a source's first
+    split may be small). A reader that cannot cut a fetch short fails here once a fetch takes longer than
+    ``timeout``: a copy's stop and a fetch's timeout would wait for it."""
     enumerator = source.create_enumerator(InProcessRuntime(source, 1).enumerator.context)
     enumerator.start()
     splits = [s for s in (enumerator.next_split() for _ in range(max_splits)) if s is not None]

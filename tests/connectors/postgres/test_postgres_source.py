@@ -214,6 +214,20 @@ def test_only_the_servers_word_that_a_snapshot_is_gone_is_taken_for_it(postgres1
         assert not snapshot_gone(terminated.value), terminated.value
 
 
+def test_wake_up_cancels_a_page_the_server_is_slow_to_give(postgres15: PostgresServer, table_name: str) -> None:
+    """Every page query sleeps 3 s on the server (a ``where`` with an uncorrelated pg_sleep, run once a query):
+    the kit's wake-up check, with the timeout check_all gives it (2 s), passes only because wake_up cancels the
+    query (libpq's cancel, through the driver) and the next fetch reads the page again, in the run's snapshot."""
+    import time
+
+    make_events(postgres15, table_name, 10)
+    source = PostgresSource(options(postgres15, table_name, page_rows="5", split_size_mb="1",
+                                    where="(SELECT pg_sleep(3)) IS NOT NULL"))
+    started = time.monotonic()
+    testing.check_wake_up_resume(source)
+    assert time.monotonic() - started > 3, "no page query slept: the test proves nothing"
+
+
 # A reader's process, as a copy's worker or a Spark task has it: the source built from the options the planner
 # handed its readers (the snapshot, and the table as described), one split read to its end.
 _READER = """
