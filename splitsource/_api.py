@@ -49,6 +49,7 @@ SplitT = TypeVar("SplitT", bound="Split")
 PositionT = TypeVar("PositionT")
 RawT = TypeVar("RawT")
 OptionsT = TypeVar("OptionsT")
+StateT = TypeVar("StateT", bound="SplitState[Any]")
 
 
 class Boundedness(enum.Enum):
@@ -272,15 +273,17 @@ class SplitReader(abc.ABC, Generic[SplitT, RawT]):
         """Release resources."""
 
 
-class RecordEmitter(abc.ABC, Generic[RawT, SplitT]):
+class RecordEmitter(abc.ABC, Generic[RawT, StateT]):
     """Turns one raw batch into an Arrow record batch and advances the split state.
 
-    ``emit`` must set the state to the position *after* ``raw`` (an absolute position carried by the raw batch,
-    not an increment), so emitting is idempotent with respect to the state.
+    Typed by the connector's own split state (Flink's ``RecordEmitter<E, T, SplitStateT>``): the state ``emit``
+    gets is the one its source's ``create_split_state`` made, so a connector reads and moves its fields with no
+    downcast. ``emit`` must set the state to the position *after* ``raw`` (an absolute position carried by the raw
+    batch, not an increment), so emitting is idempotent with respect to the state.
     """
 
     @abc.abstractmethod
-    def emit(self, raw: RawT, state: SplitState[SplitT]) -> pa.RecordBatch | None: ...
+    def emit(self, raw: RawT, state: StateT) -> pa.RecordBatch | None: ...
 
 
 class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
@@ -327,7 +330,7 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
     def create_split_reader(self) -> SplitReader[SplitT, RawT]: ...
 
     @abc.abstractmethod
-    def create_record_emitter(self) -> RecordEmitter[RawT, SplitT]: ...
+    def create_record_emitter(self) -> RecordEmitter[RawT, Any]: ...
 
     @abc.abstractmethod
     def create_split_state(self, split: SplitT) -> SplitState[SplitT]: ...

@@ -160,7 +160,7 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
     def create_split_reader(self) -> SplitReader[KeyRange, Page]:
         return _Reader(self)
 
-    def create_record_emitter(self) -> RecordEmitter[Page, KeyRange]:
+    def create_record_emitter(self) -> RecordEmitter[Page, ResumeState[KeyRange]]:
         return _Emitter()
 
     def create_split_state(self, split: KeyRange) -> SplitState[KeyRange]:
@@ -263,8 +263,8 @@ class _Reader(SplitReader[KeyRange, Page]):
             connection.close()
 
 
-class _Emitter(RecordEmitter[Page, KeyRange]):
-    def emit(self, raw: Page, state: SplitState[KeyRange]) -> pa.RecordBatch:
+class _Emitter(RecordEmitter[Page, ResumeState[KeyRange]]):
+    def emit(self, raw: Page, state: ResumeState[KeyRange]) -> pa.RecordBatch:
         batch, last = raw
-        state.position = last  # type: ignore[attr-defined]
+        state.position = last
         return batch

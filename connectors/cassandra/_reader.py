@@ -18,7 +18,7 @@ from connectors.cassandra._session import (
 )
 from connectors.cassandra._splits import CassandraSplit, CassandraSplitState
 from connectors.cassandra._types import exact_protocol_handler
-from splitsource import ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, SplitState, ValueRangeError
+from splitsource import ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, ValueRangeError
 
 __all__ = ["CassandraEmitter", "CassandraSplitReader"]
 
@@ -238,7 +238,7 @@ class _DownNodes:
         pass
 
 
-class CassandraEmitter(RecordEmitter[_Raw, CassandraSplit]):
+class CassandraEmitter(RecordEmitter[_Raw, CassandraSplitState]):
     """Rows (tuples) to one Arrow batch, column by column; sets the state to the page's paging state."""
 
     def __init__(self, schema: pa.Schema, converters: Sequence[Any], keys: Sequence[str] = ()) -> None:
@@ -246,8 +246,7 @@ class CassandraEmitter(RecordEmitter[_Raw, CassandraSplit]):
         self._converters = converters
         self._keys = [(name, schema.names.index(name)) for name in keys if name in schema.names]
 
-    def emit(self, raw: _Raw, state: SplitState[CassandraSplit]) -> pa.RecordBatch | None:
-        assert isinstance(state, CassandraSplitState)
+    def emit(self, raw: _Raw, state: CassandraSplitState) -> pa.RecordBatch | None:
         rows, next_state, page_size = raw
         state.page_size = page_size
         if rows is None:  # the page size shrank; nothing was read

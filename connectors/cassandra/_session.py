@@ -349,7 +349,7 @@ def range_replicas_first(child: Any) -> Any:
     """
     from cassandra.policies import HostDistance, LoadBalancingPolicy
 
-    class RangeReplicasFirstPolicy(LoadBalancingPolicy):  # type: ignore[misc]
+    class RangeReplicasFirstPolicy(LoadBalancingPolicy):
         def __init__(self) -> None:
             super().__init__()
             self.child = child

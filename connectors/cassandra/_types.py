@@ -72,7 +72,7 @@ def _exact_timestamp_class() -> type:
 
     # The leading underscore keeps the driver's metaclass from registering it as *the* timestamp type, and makes
     # the Cython decoder fall back to this ``deserialize`` (it only has fast paths for classes it knows by name).
-    class _ExactTimestamp(cqltypes.DateType):  # type: ignore[misc]
+    class _ExactTimestamp(cqltypes.DateType):
         @staticmethod
         def deserialize(byts: bytes, protocol_version: int) -> int:
             return int(int64_unpack(byts))
@@ -92,7 +92,7 @@ def _raw_uuid() -> type:
     if _RAW_UUID is None:
         from cassandra import cqltypes
 
-        class _RawUUID(cqltypes.UUIDType):  # type: ignore[misc]  # unregistered, and no Cython fast path by name
+        class _RawUUID(cqltypes.UUIDType):  # unregistered, and no Cython fast path by name
             @staticmethod
             def deserialize(byts: bytes, protocol_version: int) -> bytes:
                 return bytes(byts)
@@ -170,9 +170,9 @@ def exact_protocol_handler(raw_uuids: bool = False) -> type:
     """
     from cassandra.protocol import ProtocolHandler, ResultMessage
 
-    base = ProtocolHandler.message_types_by_opcode[ResultMessage.opcode]
+    base: Any = ProtocolHandler.message_types_by_opcode[ResultMessage.opcode]
 
-    class _ExactResultMessage(base):  # type: ignore[misc, valid-type]
+    class _ExactResultMessage(base):
         def recv_results_metadata(self, f: Any, user_type_map: Any) -> None:
             super().recv_results_metadata(f, user_type_map)
             columns: list[Any] | None = getattr(self, "column_metadata", None)

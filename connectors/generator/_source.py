@@ -303,9 +303,8 @@ class GeneratorSplitReader(SplitReader[GeneratorSplit, _Raw]):
         self._woken.set()
 
 
-class GeneratorEmitter(RecordEmitter[_Raw, GeneratorSplit]):
-    def emit(self, raw: _Raw, state: SplitState[GeneratorSplit]) -> pa.RecordBatch:
-        assert isinstance(state, GeneratorSplitState)
+class GeneratorEmitter(RecordEmitter[_Raw, GeneratorSplitState]):
+    def emit(self, raw: _Raw, state: GeneratorSplitState) -> pa.RecordBatch:
         end, batch = raw
         state.offset = end
         return batch

@@ -322,8 +322,8 @@ def key_condition(table: Table, split: PostgresSplit) -> list[str]:
     return out
 
 
-class PostgresEmitter(RecordEmitter[Raw, PostgresSplit]):
-    def emit(self, raw: Raw, state: PostgresSplitState) -> pa.RecordBatch:  # type: ignore[override]
+class PostgresEmitter(RecordEmitter[Raw, PostgresSplitState]):
+    def emit(self, raw: Raw, state: PostgresSplitState) -> pa.RecordBatch:
         page, after = raw
         state.remaining = after
         return page

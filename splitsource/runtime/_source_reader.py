@@ -108,7 +108,7 @@ class SourceReader(Generic[SplitT, RawT]):
         self._name = name
         self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=queue_capacity)
         self._inbox: queue.Queue[SplitT | None] = queue.Queue()  # consumer -> fetcher: the next split, or None
-        self._emitter: RecordEmitter[RawT, SplitT] | None = None  # made by read(): it may connect
+        self._emitter: RecordEmitter[RawT, Any] | None = None  # made by read(): it may connect
         self._states: dict[str, SplitState[SplitT]] = {}
         self._split_reader: SplitReader[SplitT, RawT] | None = None
         self._fetcher: threading.Thread | None = None
