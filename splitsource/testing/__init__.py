@@ -45,6 +45,7 @@ __all__ = [
     "check_golden",
     "check_page_sizes",
     "check_parallel_read",
+    "check_reference_rows",
     "check_serializers",
     "check_snapshot_restore",
     "check_wake_up_resume",
@@ -354,6 +355,39 @@ def _check_narrowed_id(split: Split, state: Any, check: str) -> None:
                              f"{narrowed.split_id}: a narrowed split keeps its id")
 
 
+def check_reference_rows(source: AnySource, parts: int = 3) -> None:
+    """``reference_rows`` (verify's independent path), where the source has one: its ``parts`` parts together give
+    each row a read gives, once, in the plain form (``Source.reference_rows``: integers for timestamps and dates,
+    dicts for structs); a column of ``volatile_columns()`` is compared by whether it is null, as verify does."""
+    from splitsource.sink._text import plain_storage
+
+    probe = source.reference_rows()
+    if probe is None:
+        return
+    getattr(probe, "close", lambda: None)()  # a generator, not started
+    schema = source.schema()
+    types = [plain_storage(f.type) for f in schema]
+    rows = [tuple(row) for part in range(parts) for row in source.reference_rows(part, parts) or ()]
+    columns = list(zip(*rows, strict=True)) or [()] * len(types)
+    try:
+        arrays = [pa.array(list(c), t) for c, t in zip(columns, types, strict=True)]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+        raise AssertionError(f"check_reference_rows: reference_rows does not give the plain form of the schema "
+                             f"{schema.types} (integers for timestamps and dates, dicts for structs): {exc}") from None
+    read = pa.Table.from_batches(InProcessRuntime(source, 1).run().batches, schema)
+    volatile = set(source.volatile_columns())
+
+    def plain(table: pa.Table) -> pa.Table:
+        cast = [table.column(i).cast(t) for i, t in enumerate(types)]
+        return pa.Table.from_arrays([c.is_null() if f.name in volatile else c for f, c in zip(schema, cast,
+                                                                                                strict=True)],
+                                    names=schema.names)
+
+    _assert_same(rows_of(plain(pa.Table.from_arrays(arrays, names=schema.names))), rows_of(plain(read)),
+                 f"check_reference_rows: reference_rows in {parts} parts, against a read (missing: in the read, "
+                 "not the reference)")
+
+
 def check_page_sizes(source: AnySource, small: int = 3, max_splits: int = 2) -> None:
     """A source on the key-range short path (:class:`~splitsource.KeyRangeSource`): each of its first
     ``max_splits`` ranges read in pages of ``small`` rows gives the rows it gives in the source's own pages
@@ -407,3 +441,4 @@ def check_all(source: AnySource, expected: pa.Table | None = None) -> None:
     check_add_back(source, expected)
     check_add_back_snapshot(source, expected)
     check_wake_up_resume(source)
+    check_reference_rows(source)

@@ -192,6 +192,16 @@ class WrongBatchSchema(GeneratorSource):
         return _NarrowingEmitter()
 
 
+class ReferenceDropsARow(GeneratorSource):
+    """reference_rows (verify's independent path) leaves out the first row of its first part."""
+
+    def reference_rows(self, part: int = 0, parts: int = 1) -> Any:
+        rows = super().reference_rows(part, parts)
+        if part == 0:
+            next(rows)
+        return rows
+
+
 # each mutant, the check meant to catch it, and words its message must hold besides the check's name: the counts
 # of rows missing and extra the bug makes, never words every mismatch prints
 MUTANTS: dict[type[GeneratorSource], tuple[str, str]] = {
@@ -208,9 +218,10 @@ MUTANTS: dict[type[GeneratorSource], tuple[str, str]] = {
     SerializerShortensLaterSplits: ("check_serializers", "split generator-5 does not round-trip"),
     NarrowedSplitRenamed: ("check_serializers", "a narrowed split keeps its id"),
     IgnoresWakeUp: ("check_wake_up_resume", "did not return within 2.0s after wake_up()"),
+    ReferenceDropsARow: ("check_reference_rows", "1 row(s) missing, 0 row(s) extra or duplicated; e.g. missing [(0,)]"),
 }
 CHECKS = ["check_serializers", "check_parallel_read", "check_snapshot_restore", "check_add_back",
-          "check_add_back_snapshot", "check_wake_up_resume"]
+          "check_add_back_snapshot", "check_wake_up_resume", "check_reference_rows"]
 
 
 def test_the_kit_passes_the_connector_without_a_planted_bug() -> None:
@@ -220,8 +231,8 @@ def test_the_kit_passes_the_connector_without_a_planted_bug() -> None:
 def _run(check: str, source: GeneratorSource, truth: pa.Table) -> None:
     if check == "check_wake_up_resume":
         testing.check_wake_up_resume(source)  # with the timeout check_all gives it
-    elif check == "check_serializers":
-        testing.check_serializers(source)
+    elif check in ("check_serializers", "check_reference_rows"):
+        getattr(testing, check)(source)
     else:
         getattr(testing, check)(source, truth)
 
