@@ -5,8 +5,14 @@ Each column is read one of two ways (the type table is in docs/postgres.md):
 - **natively**, where Arrow has the exact type (integers, floats, bool, text, bytea, date, timestamp[tz], time):
   the ADBC driver decodes the server's binary values into Arrow in C; and ``uuid``, whose 16 bytes the reader
   formats as the server's text (cheaper on both sides than the server's ``uuid::text``);
-- **as the server's own text** everywhere else (numeric, json, arrays, composites, ranges, intervals, network,
-  geometric and bit types, enums, ...): ``column::text``, the value exactly as PostgreSQL prints it.
+- **as a decimal**: ``numeric(p,s)`` with ``p`` up to 38 (a domain over one too) as Arrow's ``decimal128(p,s)``,
+  as Spark's JDBC source gives ``DecimalType(p,s)``; an unconstrained ``numeric`` only where the ``decimal``
+  option names a precision and scale for it. Read as the server's text and parsed exactly by the reader, which
+  refuses a value the decimal cannot hold (NaN, infinity, a value past the option's precision or scale) in one
+  line naming ``text_columns``, never rounding it;
+- **as the server's own text** everywhere else (unconstrained numeric, json, arrays, composites, ranges,
+  intervals, network, geometric and bit types, enums, ...): ``column::text``, the value exactly as PostgreSQL
+  prints it.
 
 Sessions set ``DateStyle`` ISO and ``TimeZone`` UTC (see :func:`session_options`), so text is the same whatever the
 server's defaults, and key values round-trip as text between the planner's session and the readers'.
@@ -16,12 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from connectors.postgres._options import MAX_DECIMAL_PRECISION, decimal_precision
 from splitsource import OptionsError, SplitSourceError
 
 __all__ = ["Column", "PostgresConnectionError", "Table", "describe", "described", "ident", "literal", "session_options"]
@@ -107,6 +115,11 @@ class Column:
         return _BEYOND_ARROW[self.base]
 
     @property
+    def decimal(self) -> bool:
+        """Whether the column is read as the server's text and parsed into its Arrow decimal by the reader."""
+        return bool(pa.types.is_decimal(self.arrow))
+
+    @property
     def as_key_text(self) -> bool:
         """Whether the Arrow value, as a Python ``str``, is the server's text of the value (a key's text)."""
         return bool(pa.types.is_integer(self.arrow)) or self.arrow == pa.string()
@@ -131,8 +144,10 @@ class Table:
 
     @property
     def shape(self) -> str:
-        """A digest of the columns' names and types: a column added, dropped or retyped changes it."""
-        return hashlib.sha256(repr([(c.name, c.type_name) for c in self.columns]).encode()).hexdigest()[:16]
+        """A digest of the columns' names, types and Arrow types: a column added, dropped or retyped changes it,
+        and so does a column read as another Arrow type (a copy made before numerics were decimals)."""
+        return hashlib.sha256(repr([(c.name, c.type_name, str(c.arrow)) for c in self.columns]).encode()
+                              ).hexdigest()[:16]
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -142,7 +157,7 @@ class Table:
         return tuple(c.name if c.name in read else f"__k{i}" for i, c in enumerate(self.key))
 
 
-def describe(conn: Any, table: str, columns: str, text_columns: str) -> Table:
+def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: str = "") -> Table:
     """Describe ``table`` over the psycopg connection ``conn``: its columns (``columns``: a comma-separated
     subset; ``text_columns``: read as text), its key and its relations."""
     found = conn.execute("SELECT to_regclass(%s)::oid, to_regclass(%s)::text", (table, table)).fetchone()
@@ -154,7 +169,7 @@ def describe(conn: Any, table: str, columns: str, text_columns: str) -> Table:
                                  "it (GRANT SELECT ON ... TO ...)")
     rows = conn.execute(
         """SELECT a.attname, format_type(a.atttypid, a.atttypmod),
-                  CASE WHEN t.typtype = 'd' THEN t.typbasetype::regtype::text END AS domain_of,
+                  CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod) END AS domain_of,
                   (SELECT b.typname FROM pg_type b WHERE b.oid = coalesce(nullif(t.typbasetype, 0), a.atttypid)),
                   NOT a.attnotnull
            FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
@@ -171,23 +186,25 @@ def describe(conn: Any, table: str, columns: str, text_columns: str) -> Table:
         "relations": [r[0] for r in leaves] or [qualified],
         "version": int(conn.execute("SHOW server_version_num").fetchone()[0]),
     }
-    return _table(table, catalog, json.dumps(catalog), columns, text_columns)
+    return _table(table, catalog, json.dumps(catalog), columns, text_columns, decimal)
 
 
-def described(text: str, columns: str, text_columns: str) -> Table:
+def described(text: str, columns: str, text_columns: str, decimal: str = "") -> Table:
     """The table the catalog described as ``text`` (:attr:`Table.catalog`, which a copy's planner hands its readers
     as option ``described``: a reader's process asks the catalog nothing)."""
     try:
         catalog = json.loads(text)
-        return _table(catalog["label"], catalog, text, columns, text_columns)
+        return _table(catalog["label"], catalog, text, columns, text_columns, decimal)
     except (ValueError, KeyError, TypeError, IndexError):
         raise OptionsError("connector 'postgres': option 'described' is not a table's description (a copy sets "
                            "it for its readers; leave it empty)") from None
 
 
-def _table(name: str, catalog: dict[str, Any], text: str, columns: str, text_columns: str) -> Table:
+def _table(name: str, catalog: dict[str, Any], text: str, columns: str, text_columns: str, decimal: str) -> Table:
     as_text = {c.strip() for c in text_columns.split(",") if c.strip()}
-    every = {r[0]: _column(r[0], r[1], r[2], r[3], r[4], r[0] in as_text) for r in catalog["columns"]}
+    chosen_decimal = decimal_precision(decimal)
+    unconstrained = pa.decimal128(*chosen_decimal) if chosen_decimal else None
+    every = {r[0]: _column(r[0], r[1], r[2], r[3], r[4], r[0] in as_text, unconstrained) for r in catalog["columns"]}
     unknown = sorted((as_text | set(_names(columns))) - set(every))
     if unknown:
         raise OptionsError(f"connector 'postgres': {name} has no column {', '.join(unknown)}; it has "
@@ -202,7 +219,25 @@ def _names(columns: str) -> list[str]:
     return [c.strip() for c in columns.split(",") if c.strip()]
 
 
-def _column(name: str, type_name: str, domain_of: str | None, base: str, nullable: bool, as_text: bool) -> Column:
+_NUMERIC = re.compile(r"numeric\((\d+),(-?\d+)\)")
+def _decimal(type_name: str, domain_of: str | None, unconstrained: pa.Decimal128Type | None) -> pa.DataType | None:
+    """The decimal a numeric column is read as: its own precision and scale where Arrow's decimal128 holds them (a
+    precision up to 38, a scale from 0 to the precision), the ``decimal`` option's for an unconstrained one; None:
+    read it as text."""
+    found = _NUMERIC.fullmatch(domain_of or type_name)
+    if found is None:
+        return unconstrained if (domain_of or type_name) == "numeric" else None
+    precision, scale = int(found[1]), int(found[2])
+    if precision <= MAX_DECIMAL_PRECISION and 0 <= scale <= precision:
+        return pa.decimal128(precision, scale)
+    return None
+
+
+def _column(name: str, type_name: str, domain_of: str | None, base: str, nullable: bool, as_text: bool,
+            unconstrained: pa.Decimal128Type | None = None) -> Column:
+    decimal = _decimal(type_name, domain_of, unconstrained) if base == "numeric" and not as_text else None
+    if decimal is not None:
+        return Column(name, type_name, base, decimal, f"{ident(name)}::text", nullable)
     uuid = base == "uuid" and not as_text
     native = pa.string() if uuid else _NATIVE.get(base)
     if native is None or as_text:

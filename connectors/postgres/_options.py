@@ -3,6 +3,7 @@ postgres`` prints the table (and docs/postgres.md shows it)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from splitsource import OptionsError, Secret, option
@@ -34,6 +35,10 @@ class PostgresOptions:
     text_columns: str = option("", doc="columns read as the server's own text instead of their Arrow type (a "
                                        "date or timestamp column that holds infinity, a time column that holds "
                                        "24:00:00)", parse=str.strip)
+    decimal: str = option("", doc="p,s: read an unconstrained numeric column as decimal128(p,s) (empty: as the "
+                                  "server's text); a value it cannot hold exactly is refused, never rounded. A "
+                                  "numeric(p,s) column is read as decimal128(p,s) whatever this says",
+                          parse=str.strip)
     split_by: str = option("auto", doc="auto: key ranges when a primary key or unique not-null index leads with "
                                        "an orderable column, else block ranges; key; blocks (ctid ranges)",
                            choices=("auto", "key", "blocks"), parse=_split_by)
@@ -50,6 +55,21 @@ class PostgresOptions:
     def __post_init__(self) -> None:
         if not self.table:
             raise OptionsError("connector 'postgres': option 'table' is empty")
+        decimal_precision(self.decimal)
+
+
+MAX_DECIMAL_PRECISION = 38  # Arrow's decimal128
+
+
+def decimal_precision(text: str) -> tuple[int, int] | None:
+    """The ``decimal`` option (``p,s``: the decimal an unconstrained numeric is read as) as (precision, scale)."""
+    if not text:
+        return None
+    found = re.fullmatch(r"\s*(\d+)\s*,\s*(\d+)\s*", text)
+    if not found or not (1 <= int(found[1]) <= MAX_DECIMAL_PRECISION and int(found[2]) <= int(found[1])):
+        raise OptionsError(f"connector 'postgres': option 'decimal': {text!r} is not a precision and a scale "
+                           f"(p,s, with p from 1 to {MAX_DECIMAL_PRECISION} and s from 0 to p), e.g. 38,10")
+    return int(found[1]), int(found[2])
 
 
 def conninfo(options: PostgresOptions, /, **settings: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from connectors.postgres._catalog import Table, ident, literal, session_options
+from connectors.postgres._catalog import Column, Table, ident, literal, session_options
 from connectors.postgres._options import PostgresOptions, conninfo
 from connectors.postgres._session import login_error, one_line
 from connectors.postgres._splits import PostgresSplit, PostgresSplitState, narrowed
@@ -243,8 +243,33 @@ class _Connection:
 
 
 def _arrays(table: Table, page: pa.RecordBatch) -> list[pa.Array]:
-    """The page's columns as the table's Arrow types (a uuid's 16 bytes formatted as its text)."""
-    return [_uuid_text(page.column(i)) if c.uuid_bytes else page.column(i) for i, c in enumerate(table.columns)]
+    """The page's columns as the table's Arrow types (a uuid's 16 bytes formatted as its text, a numeric's text
+    parsed into its decimal)."""
+    return [_uuid_text(page.column(i)) if c.uuid_bytes else _decimals(table, c, page, i) if c.decimal
+            else page.column(i) for i, c in enumerate(table.columns)]
+
+
+def _decimals(table: Table, column: Column, page: pa.RecordBatch, index: int) -> pa.Array:
+    """A numeric column's text as its Arrow decimal, exactly: a value the decimal cannot hold (NaN, infinity, more
+    digits than its precision or scale) is refused in one line naming the column, the value and its row's key, never
+    rounded (Arrow's cast from text refuses to drop a digit)."""
+    texts = page.column(index)
+    try:
+        return texts.cast(column.arrow)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        failure = exc
+    for row, text in enumerate(texts.to_pylist()):
+        try:
+            pa.array([text], pa.string()).cast(column.arrow)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            key = ""
+            if table.key and all(name in page.schema.names for name in table.key_names):
+                key = " (row " + ", ".join(f"{c.name}={v}" for c, v in zip(table.key, _key_at(table, page, row),
+                                                                           strict=True)) + ")"
+            raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label} holds {text}{key}, "
+                                  f"which Arrow's {column.arrow} cannot hold exactly; add -o text_columns="
+                                  f"{column.name} to read it as the server's text", row) from None
+    raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label}: {failure}")
 
 
 _HEX = b"0123456789abcdef"

@@ -48,9 +48,9 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
         second time, 0.2 s of CPU in each of them)."""
         o = self.options
         if o.described:
-            return described(o.described, o.columns, o.text_columns)
+            return described(o.described, o.columns, o.text_columns, o.decimal)
         with connect(o) as conn, errors_in_one_line(o):
-            return describe(conn, o.table, o.columns, o.text_columns)
+            return describe(conn, o.table, o.columns, o.text_columns, o.decimal)
 
     def schema(self) -> pa.Schema:
         return self.table.schema
@@ -87,7 +87,7 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
     def identity(self) -> Mapping[str, Any]:
         o = self.options
         found: dict[str, Any] = {"connector": self.name, "table": self.table.label, "shape": self.table.shape}
-        found.update({k: getattr(o, k) for k in ("columns", "where", "text_columns") if getattr(o, k)})
+        found.update({k: getattr(o, k) for k in ("columns", "where", "text_columns", "decimal") if getattr(o, k)})
         return found
 
     def origin(self) -> Mapping[str, Any]:
@@ -142,6 +142,8 @@ def _plain(column: Column) -> str:
     name = ident(column.name)
     if column.uuid_bytes:
         return f"{name}::text"
+    if column.decimal:
+        return f"{name}::numeric"  # psycopg's Decimal
     if column.arrow == pa.string():
         return column.select
     if column.base == "date":

@@ -6,6 +6,7 @@ which encodes them: ``verify`` reads the files with these, and must not agree wi
 from __future__ import annotations
 
 import base64
+import decimal
 import json
 import math
 from typing import Any
@@ -44,6 +45,8 @@ def from_json(value: Any, t: pa.DataType) -> Any:
         return base64.b64decode(value, validate=True)
     if is_duration(t):
         return parse_iso_duration(value)
+    if pa.types.is_decimal(t):  # its exact text, as the writer renders it
+        return decimal.Decimal(value)
     if pa.types.is_map(t):
         def key(text: str) -> Any:
             if any(check(t.key_type) for check in _STRING_RENDERED):

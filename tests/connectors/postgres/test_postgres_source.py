@@ -4,6 +4,7 @@ truth, key and block ranges, composite keys, partitions, and splits near their t
 from __future__ import annotations
 
 import datetime
+import decimal
 import hashlib
 import uuid
 from pathlib import Path
@@ -58,11 +59,11 @@ def test_a_composite_key_and_a_partitioned_table(postgres15: PostgresServer, tab
     testing.check_all(source, expected=truth)
 
 
-# a key of each type the reader takes the key's text of from the page itself (uuid, numeric as text, text) or from
-# a ``column::text`` it adds (date, and any key column not read): a page's last key, the next page's lower bound,
-# must give every row once
+# a key of each type the reader takes the key's text of from the page itself (uuid, text) or from a
+# ``column::text`` it adds (a numeric(p,s), read as a decimal; a date; any key column not read): a page's last key,
+# the next page's lower bound, must give every row once
 _KEYS = {"uuid": ("md5(i::text)::uuid", lambda i: str(uuid.UUID(hashlib.md5(str(i).encode()).hexdigest()))),
-         "numeric(10,1)": ("i * 0.5", lambda i: f"{i * 0.5:.1f}"),
+         "numeric(10,1)": ("i * 0.5", lambda i: decimal.Decimal(f"{i * 0.5:.1f}")),
          "text": ("'k''' || i", lambda i: f"k'{i}"),
          "date": ("date '2000-01-01' + i", lambda i: datetime.date(2000, 1, 1) + datetime.timedelta(days=i))}
 

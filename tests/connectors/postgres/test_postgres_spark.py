@@ -92,3 +92,55 @@ def test_a_role_with_only_select_copies_verifies_and_reads(postgres15: PostgresS
 @pytest.fixture(autouse=True)
 def _utc(spark: Any) -> None:
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+
+def test_a_numeric_column_is_a_decimal_spark_sums_as_postgresql_does(postgres15: PostgresServer, table_name: str,
+                                                                      spark: Any, tmp_path: Path) -> None:
+    """numeric(12,2), a domain over numeric(10,3) and numeric(38,0) arrive as Spark's DecimalType(p,s), as Spark's
+    JDBC source types them: their sums in Spark, with no cast, equal PostgreSQL's own sums; an unconstrained numeric
+    stays the server's text unless option decimal names a precision and scale. A NaN in a numeric(12,2) column is
+    refused in one line naming text_columns, and read as text with it."""
+    import decimal
+
+    from pyspark.sql.types import DecimalType, StringType
+
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"DROP DOMAIN IF EXISTS {table_name}_price")
+        conn.execute(f"CREATE DOMAIN {table_name}_price AS numeric(10,3)")
+        conn.execute(f"CREATE TABLE {table_name} (id int PRIMARY KEY, a numeric(12,2), d {table_name}_price, "
+                     "e numeric(38,0), b numeric)")
+        conn.execute(f"INSERT INTO {table_name} SELECT i, i * 1.25 - 7000, i * 0.001, (10::numeric ^ 30) + i, i / 8.0 "
+                     "FROM generate_series(1, 5000) i")
+        conn.execute(f"INSERT INTO {table_name} VALUES (5001, NULL, NULL, NULL, NULL)")
+        sums = conn.execute(f"SELECT sum(a), sum(d), sum(e) FROM {table_name}").fetchone()
+
+    def read(**extra: str) -> Any:
+        return (spark.read.format("splitsource").option("connector", "postgres")
+                .options(dsn=postgres15.dsn, password=postgres15.env["PGPASSWORD"], table=table_name,
+                         split_size_mb="0.1", **extra).load())
+
+    df = read()
+    types = {f.name: f.dataType for f in df.schema.fields}
+    assert types == {"id": types["id"], "a": DecimalType(12, 2), "d": DecimalType(10, 3), "e": DecimalType(38, 0),
+                     "b": StringType()}, types
+    got = df.selectExpr("sum(a)", "sum(d)", "sum(e)").first()
+    assert tuple(got) == sums, (tuple(got), sums)
+    assert read(decimal="38,10").schema["b"].dataType == DecimalType(38, 10)
+    assert read(decimal="38,10").selectExpr("sum(b)").first()[0] == decimal.Decimal(sum(range(1, 5001))) / 8
+
+    with postgres15.connect() as conn:
+        conn.execute(f"UPDATE {table_name} SET a = 'NaN' WHERE id = 17")
+    out = tmp_path / "nan"
+    args = ["--connector", "postgres", "-o", f"dsn={postgres15.dsn}", "-o", f"table={table_name}", "--output", str(out),
+            "--engine", "local", "--quiet"]
+    refused = subprocess.run([*CLI, "copy", *args], capture_output=True, text=True, env=postgres15.run_env(),
+                             timeout=300)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert ("column a of public." in refused.stderr and "holds NaN (row id=17), which Arrow's decimal128(12, 2) "
+            "cannot hold exactly; add -o text_columns=a" in refused.stderr), refused.stderr
+    done = subprocess.run([*CLI, "copy", *args, "-o", "text_columns=a", "--overwrite"], capture_output=True,
+                          text=True, env=postgres15.run_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    a = dict(zip(*(pq.read_table(out, columns=["id", "a"]).column(c).to_pylist() for c in ("id", "a")), strict=True))
+    assert a[17] == "NaN" and a[18] == "-6977.50"
