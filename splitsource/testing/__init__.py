@@ -279,12 +279,7 @@ def check_wake_up_resume(source: AnySource, timeout: float = 2.0, max_splits: in
     once. Tried on the first of the first ``max_splits`` splits that takes more than one fetch (a source's first
     split may be small). A reader that cannot cut a fetch short fails here once a fetch takes longer than
     ``timeout``: a copy's stop and a fetch's timeout would wait for it."""
-    enumerator = source.create_enumerator(InProcessRuntime(source, 1).enumerator.context)
-    enumerator.start()
-    splits = [s for s in (enumerator.next_split() for _ in range(max_splits)) if s is not None]
-    enumerator.close()
-    if not splits:
-        raise _trivial("check_wake_up_resume", "the enumerator generated no split")
+    splits = _first_splits(source, max_splits, "check_wake_up_resume")
     for split in splits:
         out = _read_woken(source, split, timeout)
         if out is not None:
@@ -397,18 +392,23 @@ def check_page_sizes(source: AnySource, small: int = 3, max_splits: int = 2) -> 
 
     if not isinstance(source, KeyRangeSource):
         return
-    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
-    enumerator.start()
-    splits = [s for s in (enumerator.next_split() for _ in range(max_splits)) if s is not None]
-    enumerator.close()
-    if not splits:
-        raise _trivial("check_page_sizes", "the enumerator generated no split")
-    for split in splits:
+    for split in _first_splits(source, max_splits, "check_page_sizes"):
         pages = _read_one_split(source, split, _Reader(source))
         little = _read_one_split(source, split, _Reader(source, limit=small))
         _assert_same(rows_of(little, source.schema()), rows_of(pages, source.schema()),
                      f"check_page_sizes: {split.split_id} read in pages of {small} rows, against pages of "
                      f"{source.page_rows}")
+
+
+def _first_splits(source: AnySource, count: int, check: str) -> list[Split]:
+    """The first ``count`` splits a fresh enumerator generates (at least one, or ``check`` is too trivial)."""
+    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
+    enumerator.start()
+    splits = [s for s in (enumerator.next_split() for _ in range(count)) if s is not None]
+    enumerator.close()
+    if not splits:
+        raise _trivial(check, "the enumerator generated no split")
+    return splits
 
 
 def _read_one_split(source: AnySource, split: Split, reader: Any = None) -> list[pa.RecordBatch]:
