@@ -67,8 +67,8 @@ echo "== mypy --strict"; mypy
 echo "== pytest"
 set +e
 # one pytest process: two (-n 2 --dist loadgroup: a module whole on one worker, the session Cassandra's modules all
-# on one, conftest.py) took 55 minutes against 61 on 2 cores, and a lease test's 3 s lease ran out under that load;
-# the timeout is the net for a hang, not the budget, and it sits inside CI's 90 minutes
+# on one, conftest.py) took 55 minutes against 61 on 2 cores, a gain too small for two Cassandras and two Spark
+# drivers on 2 cores; the timeout is the net for a hang, not the budget, and it sits inside CI's 90 minutes
 timeout --signal=TERM 4800 python -m pytest -p no:cacheprovider --durations=60 "$@"
 status=$?
 set -e
