@@ -49,7 +49,8 @@ def test_a_copy_and_its_rerun_resolve_the_output_and_the_checkpoint_once_each(
     # the Spark engine by name, in a process whose session (the suite's) is running: the copy runs its jobs there
     session = request.getfixturevalue("spark") if engine == "spark" else None
     for run in ("first", "re-run"):
-        summary = copy("generator", OPTIONS, str(out), checkpoint=str(checkpoint), engine=engine, workers=1)
+        summary = copy("generator", OPTIONS, str(out), checkpoint=str(checkpoint), engine=engine,
+                       **({"workers": 1} if engine == "local" else {}))
         assert summary.total_rows == 2000
         assert dict(resolved) == {str(out): 1, str(checkpoint): 1}, f"{run}: {dict(resolved)}"
         resolved.clear()
