@@ -112,9 +112,6 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         if at.done:
             self._queue.pop()
             return RecordsBySplits.finished_only(split.split_id)
-        if self._woken.is_set():  # woken before this fetch began: return at once, as a cut one does
-            self._woken.clear()
-            return RecordsBySplits()
         try:
             page, after = self._page(at)
         except (OptionsError, SplitReadError):
@@ -140,7 +137,7 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         columns = [c.select for c in table.columns]
         conditions = [f"({options.where})"] if options.where else []
         connection = self._connection_for(split)
-        if self._woken.is_set():  # woken while connecting: a cancel finds no query to cut, so stop here
+        if self._woken.is_set():  # woken before the query: a cancel finds no query to cut, so stop here
             raise _Woken()
         if split.by_blocks:
             end = split.first_block + max(1, int(options.page_mb * 1024 * 1024) // BLOCK)
@@ -262,11 +259,8 @@ def _decimals(table: Table, column: Column, page: pa.RecordBatch, index: int) ->
         try:
             pa.array([text], pa.string()).cast(column.arrow)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            key = ""
-            if table.key and all(name in page.schema.names for name in table.key_names):
-                key = " (row " + ", ".join(f"{c.name}={v}" for c, v in zip(table.key, _key_at(table, page, row),
-                                                                           strict=True)) + ")"
-            raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label} holds {text}{key}, "
+            raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label} holds {text}"
+                                  f"{_row_key(table, page, row)}, "
                                   f"which Arrow's {column.arrow} cannot hold exactly; add -o text_columns="
                                   f"{column.name} to read it as the server's text", row) from None
     raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label}: {failure}")
@@ -322,13 +316,18 @@ def _refuse_beyond_arrow(table: Table, arrays: list[pa.Array], page: pa.RecordBa
                                  count=end)[start:].astype(bool)
         if not hit.any():
             continue
-        row = ""
-        if table.key and all(name in page.schema.names for name in table.key_names):
-            key = _key_at(table, page, int(np.argmax(hit)))
-            row = " (row " + ", ".join(f"{c.name}={text}" for c, text in zip(table.key, key, strict=True)) + ")"
+        row = _row_key(table, page, int(np.argmax(hit)))
         raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label} holds {what}{row}, "
                               f"which Arrow's {column.arrow} cannot hold; add -o text_columns={column.name} to read "
                               "it as the server's text")
+
+
+def _row_key(table: Table, page: pa.RecordBatch, row: int) -> str:
+    """`` (row id=1)``: the key of the page's row ``row``, for a message; empty where the page lacks the key."""
+    if not (table.key and all(name in page.schema.names for name in table.key_names)):
+        return ""
+    key = _key_at(table, page, row)
+    return " (row " + ", ".join(f"{c.name}={text}" for c, text in zip(table.key, key, strict=True)) + ")"
 
 
 def key_condition(table: Table, split: PostgresSplit) -> list[str]:
