@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
     gate, point, args = Path(argv[0]), argv[1], argv[2:]
     assert point in POINTS, point
     coordinator = _coordinator._Coordinator
-    seen = {"batches": 0, "progress": 0}
+    seen = {"batches": 0}
 
     def held() -> bool:
         return seen["batches"] == 2
