@@ -44,6 +44,7 @@ from splitsource._version import __version__
 if TYPE_CHECKING:
     from splitsource._api import (
         Boundedness,
+        Changes,
         EnumeratorState,
         FixedEnumeratorContext,
         Predicate,
@@ -74,7 +75,7 @@ if TYPE_CHECKING:
 # first line runs, and a local copy starts its first worker there, before pyarrow and the rest are imported
 # (0.3 s sooner); a connector's ``from splitsource import Source`` imports them as before
 _HOME = {
-    **dict.fromkeys(("Boundedness", "EnumeratorState", "FixedEnumeratorContext", "Predicate", "ReadEvent",
+    **dict.fromkeys(("Boundedness", "Changes", "EnumeratorState", "FixedEnumeratorContext", "Predicate", "ReadEvent",
                      "RecordEmitter", "RecordsBySplits", "Source", "Split", "SplitEnumerator",
                      "SplitEnumeratorContext", "SplitReader", "SplitState"), "splitsource._api"),
     "copy": "splitsource._copy_call",
@@ -93,6 +94,7 @@ __all__ = [
     "BUILTIN_CONNECTORS",
     "REQUIRED",
     "Boundedness",
+    "Changes",
     "CheckpointError",
     "ConnectorNotFoundError",
     "CopyError",

@@ -28,10 +28,11 @@ from typing import Any, ClassVar, Generic, TypeVar
 import pyarrow as pa
 
 from serializers import SimpleVersionedSerializer
-from splitsource._errors import ProtocolError, TransientSplitReadError
+from splitsource._errors import OptionsError, ProtocolError, TransientSplitReadError
 
 __all__ = [
     "Boundedness",
+    "Changes",
     "EnumeratorState",
     "RecordEmitter",
     "Predicate",
@@ -57,6 +58,15 @@ class Boundedness(enum.Enum):
 
     BOUNDED = "bounded"
     CONTINUOUS_UNBOUNDED = "continuous_unbounded"
+
+
+class Changes(enum.Enum):
+    """What an incremental run of a source reads (:meth:`Source.incremental`): ``APPENDS``, only rows added since
+    the last run (each one a new key); ``UPSERTS``, every row added or changed since, whose newest version replaces
+    the older by key."""
+
+    APPENDS = "appends"
+    UPSERTS = "upserts"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +188,13 @@ class SplitEnumerator(abc.ABC, Generic[SplitT, PositionT]):
         """Best-effort number of splits of the whole plan, for progress reporting; ``None`` if unknown."""
         return None
 
+    def instant(self) -> Mapping[str, Any]:
+        """Where the source stands for the run this enumerator plans (after :meth:`start`), as a small JSON
+        object: the highest key a run reads up to, a database snapshot's transaction ids. An incremental copy
+        keeps the instant of each run's first plan and hands it to the next run as :attr:`Source.since`, whose
+        enumerator then plans only what changed after it. The default: none (a source without incremental runs)."""
+        return {}
+
     def next_split(self) -> SplitT | None:
         """Serve an added-back split if there is one, else generate the next split, else ``None``."""
         if self._closed:
@@ -294,6 +311,7 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
 
     - ``name``: the short name users pass as ``connector`` (``"generator"``, ``"cassandra"``);
     - ``options_class``: a frozen dataclass of options (see :func:`splitsource.option`);
+    - ``since``: see below;
     - ``resumes_from_state``: False (the default): a copy that restarts restores the enumerator from its plan and
       cuts the splits it had taken again, which must come out the same (a plan that moved is refused); True: a
       copy's offsets carry the enumerator's state after each batch (keep it small) and a restart restores that
@@ -304,6 +322,10 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
     options_class: ClassVar[type[Any]]
     boundedness: ClassVar[Boundedness] = Boundedness.BOUNDED
     resumes_from_state: ClassVar[bool] = False
+    since: Mapping[str, Any] | None = None
+    """Set by the framework before any enumerator or reader is made (the framework option ``since``): None, read
+    everything; else the :meth:`SplitEnumerator.instant` of an earlier run, and this run reads only what changed
+    after it (a source whose :meth:`incremental` accepts)."""
 
     def __init__(self, options: Mapping[str, str] | OptionsT) -> None:
         from splitsource._typed_options import parse_options
@@ -340,6 +362,16 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
 
     @abc.abstractmethod
     def position_serializer(self) -> SimpleVersionedSerializer[PositionT]: ...
+
+    def incremental(self) -> Changes:
+        """Whether this source copies only what changed since an earlier run (``copy --incremental``), and what
+        such a run reads; a source that cannot raises :class:`~splitsource.OptionsError` saying why, in one line
+        (the default). One that can returns :class:`Changes` and makes the three parts agree: its enumerator's
+        :meth:`~SplitEnumerator.instant` says where a run stands, and with :attr:`since` set its enumerator and
+        readers read only what changed after that instant."""
+        raise OptionsError(f"connector {self.name!r} cannot copy only what changed (--incremental): it does not say "
+                           "where a run stands (SplitEnumerator.instant) nor read changes after one (Source.since); "
+                           "copy it whole")
 
     def is_transient(self, error: BaseException) -> bool:
         """Whether ``error`` from ``fetch`` may be cured by a retry from the split state."""

@@ -64,6 +64,7 @@ def copy(
     overwrite: bool = False,
     single_writer: bool = False,
     lease_s: float = DEFAULT_LEASE_S,
+    incremental: bool = False,
 ) -> CopySummary:
     """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
 
@@ -84,6 +85,11 @@ def copy(
     copy renews every ``lease_s / 4`` seconds: a copy killed (or cut off) for ``lease_s`` is taken over by a re-run
     from any host, and once taken over it commits nothing more.
 
+    ``incremental``: the first run copies the whole source; each later run of the same copy (the same call again)
+    copies only what changed since the run before it, at the instant the connector's enumerator reported (see
+    docs/incremental.md: each row of the files then carries its run and its change). A connector that cannot
+    says why, in an :class:`OptionsError`.
+
     Raises :class:`OptionsError` for bad options, :class:`CheckpointError` for a foreign or corrupt checkpoint,
     an output owned by another copy or a running copy, and :class:`CopyError` when the job fails; none of them
     touches committed output.
@@ -92,6 +98,9 @@ def copy(
     if any(k.lower() == "plan_location" for k in source_options):
         raise OptionsError("option 'plan_location' is for streaming reads: a copy keeps its plan in its checkpoint "
                            "(<checkpoint>/plans); leave it out")
+    if any(k.lower() == "since" for k in source_options):
+        raise OptionsError("option 'since' is what an incremental copy sets itself for each run after its first: "
+                           "leave it out, and give incremental=True (--incremental)")
     output = location("option 'output'", output)
     framework = {"connector": connector, **{k: str(v) for k, v in (
         ("max_splits_per_batch", max_splits_per_batch), ("max_rows_per_second", max_rows_per_second),
@@ -101,7 +110,7 @@ def copy(
         sink_raw={"format": format, "bucketer": bucketer,
                   **{k.lower(): str(v) for k, v in (sink_options or {}).items()}, "path": output},
         output=output, checkpoint=location("option 'checkpoint'", checkpoint or default_checkpoint(output)),
-        overwrite=overwrite, single_writer=single_writer, lease_s=lease_s)
+        overwrite=overwrite, single_writer=single_writer, lease_s=lease_s, incremental=incremental)
     if not isinstance(engine, str) and (master is not None or spark is not None or workers):
         given = [name for name, value in (("master", master), ("spark", spark), ("workers", workers))
                  if value is not None and value != 0]

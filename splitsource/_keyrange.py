@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from serializers import SimpleVersionedSerializer, dataclass_serializer
 from splitsource._api import (
+    Changes,
     EnumeratorState,
     RecordEmitter,
     RecordsBySplits,
@@ -46,7 +47,7 @@ from splitsource._api import (
     SplitReader,
     SplitState,
 )
-from splitsource._errors import ProtocolError
+from splitsource._errors import OptionsError, ProtocolError
 from splitsource._splits import SplitQueue
 from splitsource._typed_options import Secret
 
@@ -80,11 +81,14 @@ class KeyRange(Split):
 @dataclasses.dataclass(frozen=True)
 class KeyRangePosition:
     """Where a key-range plan stands: the next range's index, the upper key of the last range handed out, and
-    whether the open-ended last range was handed out."""
+    whether the last range was handed out; ``bounded``: the plan ends at key ``last``, the greatest key when it
+    began (a source with :meth:`KeyRangeSource.last_key`), else its last range is open-ended."""
 
     index: int = 0
     after: Any = None
     done: bool = False
+    last: Any = None
+    bounded: bool = False
 
 
 class ResumeState(SplitState[SplitT]):
@@ -136,6 +140,24 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
         if callable(interrupt):
             interrupt()
 
+    def last_key(self) -> Any:
+        """The greatest key the source holds now (``None``: no row), for a source whose rows are only ever added,
+        each with a key above every key before it (rowids, a sequence): a run reads the keys up to it, and an
+        incremental copy's next run the keys after it. Implement it to make the source incremental; the default
+        raises NotImplementedError (a run reads to the end, as it finds it)."""
+        raise NotImplementedError
+
+    def _appends(self) -> bool:
+        return type(self).last_key is not KeyRangeSource.last_key
+
+    def incremental(self) -> Changes:
+        """``Changes.APPENDS`` for a source with :meth:`last_key`; refused without it."""
+        if not self._appends():
+            raise OptionsError(f"connector {self.name!r} cannot copy only what changed (--incremental): it does not "
+                               "give the greatest key it holds (KeyRangeSource.last_key), after which a next run "
+                               "would read; copy it whole")
+        return Changes.APPENDS
+
     def identity(self) -> Mapping[str, Any]:
         """The connector's name and every option but secrets (override to leave out options that do not change
         what is read)."""
@@ -150,7 +172,8 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
         return None
 
     def create_enumerator(self, context: SplitEnumeratorContext) -> SplitEnumerator[KeyRange, KeyRangePosition]:
-        return _Enumerator(self, context, EnumeratorState((), KeyRangePosition()))
+        after = None if self.since is None else _key(self.since.get("key"))  # the ranges after the last run's
+        return _Enumerator(self, context, EnumeratorState((), KeyRangePosition(0, after)))
 
     def restore_enumerator(
         self, context: SplitEnumeratorContext, state: EnumeratorState[KeyRange, KeyRangePosition]
@@ -170,7 +193,12 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
         return dataclass_serializer(KeyRange)
 
     def position_serializer(self) -> SimpleVersionedSerializer[KeyRangePosition]:
-        return dataclass_serializer(KeyRangePosition)
+        return dataclass_serializer(KeyRangePosition, 2, {1: lambda fields: [*fields, None, False]})
+
+
+def _key(value: Any) -> Any:
+    """A key from its JSON form (an instant's): a list is a composite key's tuple."""
+    return tuple(_key(v) for v in value) if isinstance(value, list) else value
 
 
 class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
@@ -187,16 +215,30 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
         # above the resumed position are the ranges handed out before, skipped by key)
         self._planning = False
 
+    def start(self) -> None:
+        """A plan of a source with ``last_key`` ends at the greatest key at its start (kept in its position)."""
+        if not self._at.bounded and self._source._appends():
+            self._at = dataclasses.replace(self._at, last=self._source.last_key(), bounded=True)
+
+    def instant(self) -> Mapping[str, Any]:
+        return {"key": self._at.last} if self._at.bounded else {}
+
     def generate_split(self) -> KeyRange | None:
         at = self._at
         if at.done:
+            return None
+        end = at.last if at.bounded else None
+        if at.bounded and (end is None or (at.after is not None and end <= at.after)):  # no key after the last run's
+            self._at = dataclasses.replace(at, done=True)
             return None
         if self._bounds is None:
             self._bounds = iter(self._source.boundaries())
         for upto, size in self._bounds:
             self._size = size
+            if end is not None and upto >= end:
+                break  # the plan ends at its last key: rows added since are the next run's
             if at.after is None or upto > at.after:
-                self._at = KeyRangePosition(at.index + 1, upto)
+                self._at = dataclasses.replace(at, index=at.index + 1, after=upto)
                 self._planning = True
                 return KeyRange(at.index, at.after, upto, self._size)
             if self._planning:  # past the ranges a resumed copy skips: a boundary out of order would lose keys
@@ -204,8 +246,8 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
                     f"connector {self._source.name!r}: boundaries() gave {upto!r} after {at.after!r}: boundaries "
                     "must ascend as Python compares them; give keys that sort as the source sorts them (a "
                     "collation's sort key), or cut the ranges by a key that does")
-        self._at = KeyRangePosition(at.index + 1, at.after, done=True)
-        return KeyRange(at.index, at.after, None, self._size)
+        self._at = dataclasses.replace(at, index=at.index + 1, done=True)
+        return KeyRange(at.index, at.after, end, self._size)
 
     def position(self) -> KeyRangePosition:
         return self._at

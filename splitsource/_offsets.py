@@ -14,6 +14,9 @@ An offset is a JSON dict that carries everything needed to replay its batch afte
 - ``state``: only for a source that ``resumes_from_state``: the enumerator's state after this batch, restored as
   it is after a restart, with no split cut again (its plan may have moved since: a table's boundaries);
 - ``total``: the enumerator's estimate of all splits (for progress);
+- ``instant``: where the source stood when the plan was made (:meth:`SplitEnumerator.instant`), carried by every
+  offset after it, so that a run killed and resumed reports its first plan's instant (an incremental copy's next
+  run reads what changed after it);
 - ``source``: a fingerprint of the source's identity: a checkpoint of another source is refused.
 
 Between batches the enumerator stays alive in the process that plans (Spark's long-lived Python worker of the
@@ -178,7 +181,8 @@ def initial_offset(source: Source[Any, Any, Any, Any], fingerprint: str, paralle
         total = enumerator.estimated_total_splits()
         plan = enumerator_state_to_bytes(source, enumerator.snapshot_state())
         offset: dict[str, Any] = {"version": OFFSET_VERSION, "source": fingerprint, "plan": _digest(plan),
-                                  "taken": 0, "total": total if total is not None else -1, "batch": []}
+                                  "taken": 0, "total": total if total is not None else -1, "batch": [],
+                                  "instant": dict(enumerator.instant())}
         (store or PlanStore()).put(offset, plan)
     except BaseException:
         enumerator.close()
@@ -292,8 +296,9 @@ def next_offset(source: Source[Any, Any, Any, Any], fingerprint: str, start: Map
     end: dict[str, Any] = {"version": OFFSET_VERSION, "source": fingerprint, "plan": key[1],
                            "taken": key[2] + len(batch), "total": start.get("total", -1),
                            "batch": [_b64(write_envelope(serializer, s)) for s in batch]}
-    if "plan_state" in start:
-        end["plan_state"] = start["plan_state"]
+    for carried in ("plan_state", "instant"):
+        if carried in start:
+            end[carried] = start[carried]
     if source.resumes_from_state:
         end["state"] = _b64(enumerator_state_to_bytes(source, enumerator.snapshot_state()))
     _LIVE.keep((fingerprint, key[1], end["taken"]), enumerator)
@@ -321,6 +326,8 @@ def validated(offset: Any) -> dict[str, Any]:
         plan = offset["plan"]
         if not (isinstance(plan, str) and len(plan) == 32 and all(c in "0123456789abcdef" for c in plan)):
             raise ValueError(f"plan {plan!r} is not a digest")
+        if not isinstance(offset.get("instant", {}), Mapping):
+            raise TypeError("instant is not an object")
         for encoded in ("plan_state", "state"):
             if encoded in offset:
                 base64.b64decode(offset[encoded], validate=True)

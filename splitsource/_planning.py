@@ -6,9 +6,10 @@ and imports no pyspark: the Spark adapters (:mod:`splitsource.spark`) and the lo
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from splitsource._api import FixedEnumeratorContext, Source, Split
@@ -113,6 +114,10 @@ class FrameworkOptions:
                                         "first state) is stored once; offsets then hold a cursor, not the plan "
                                         "(copy: <checkpoint>/plans; empty: the plan travels in every offset)")
 
+    since: str = option("", doc="read only what changed after this instant: a JSON object, the instant an earlier "
+                                "run of the same source reported (what an incremental copy passes each run after "
+                                "its first; connectors that copy changes only)")
+
     pushdown: str = option("auto", doc="spark.read: offer the query's filters to the connector; auto: whenever "
                                        "Spark offers them (spark.sql.python.filterPushdown.enabled=true); true: "
                                        "insist (Spark refuses the read while that setting is off)",
@@ -132,6 +137,20 @@ class FrameworkOptions:
     def parallelism(self) -> int:
         """The readers an enumerator plans for."""
         return max(self.partitions, self.min_partitions, 1)
+
+    @property
+    def changes_since(self) -> dict[str, Any] | None:
+        """The instant of option ``since``, parsed (None: read everything)."""
+        if not self.since:
+            return None
+        try:
+            instant = json.loads(self.since)
+        except ValueError:
+            instant = None
+        if not isinstance(instant, dict) or not instant:
+            raise OptionsError(f"option 'since': {self.since!r} is not an instant (a JSON object, as an earlier run "
+                               "reported it)")
+        return instant
 
 
 FRAMEWORK_KEYS = frozenset(f.lower() for f in FrameworkOptions.__dataclass_fields__)
@@ -165,8 +184,10 @@ def load_connector(name: str) -> type[Source[Any, Any, Any, Any]]:
 def framework_options(options: Mapping[str, str]) -> FrameworkOptions:
     """The framework's own options among ``options``."""
     lowered = {k.lower(): str(v) for k, v in options.items()}
-    return parse_options(FrameworkOptions, {k: v for k, v in lowered.items() if k in FRAMEWORK_KEYS},
-                         context="format('splitsource')")
+    parsed = parse_options(FrameworkOptions, {k: v for k, v in lowered.items() if k in FRAMEWORK_KEYS},
+                           context="format('splitsource')")
+    parsed.changes_since  # noqa: B018 -- a bad instant is refused where options come in
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -179,8 +200,18 @@ class ReadSettings:
     connector: Mapping[str, str]  # lower-cased, without the framework's
 
     def source(self) -> Source[Any, Any, Any, Any]:
-        """The connector's Source, built from its options."""
-        return load_connector(self.framework.connector)(dict(self.connector))
+        """The connector's Source, built from its options; with option ``since``, one that accepts incremental runs
+        and reads only the changes after it."""
+        source = load_connector(self.framework.connector)(dict(self.connector))
+        since = self.framework.changes_since
+        if since is not None:
+            source.incremental()
+            source.since = since
+        return source
+
+    def since(self, instant: Mapping[str, Any]) -> ReadSettings:
+        """These settings reading only what changed after ``instant`` (option ``since``)."""
+        return ReadSettings(replace(self.framework, since=json.dumps(instant, sort_keys=True)), self.connector)
 
     def with_connector(self, extra: Mapping[str, str]) -> ReadSettings:
         """These settings with ``extra`` connector options (what a live enumerator holds for its readers)."""

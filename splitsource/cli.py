@@ -212,6 +212,9 @@ def _parser() -> argparse.ArgumentParser:
                            "the summary's figures or the error, and the exit code")
     copy.add_argument("--overwrite", action="store_true",
                       help="start over: delete every file of the output and the checkpoint's progress first")
+    copy.add_argument("--incremental", action="store_true",
+                      help="the first run copies the whole source; each later run (the same command again) copies "
+                           "only what changed since the run before (docs/incremental.md)")
     copy.add_argument("--single-writer", action="store_true",
                       help="vouch that only this copy writes the output: needed on a store that cannot create a "
                            "file only where none exists (an S3 compatible without If-None-Match, HDFS)")
@@ -252,6 +255,7 @@ def _copy(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         single_writer=args.single_writer,
         lease_s=args.lease_s,
+        incremental=args.incremental,
     )
     print(summary.text())
     if args.summary_json:
@@ -303,7 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # the library names copy()'s own arguments as options; on the command line they are flags
 _FLAGS = {f"option '{name}'": "--" + name.replace("_", "-")
-          for name in ("master", "workers", "engine", "output", "checkpoint", "overwrite", "single_writer")}
+          for name in ("master", "workers", "engine", "output", "checkpoint", "overwrite", "single_writer",
+                       "incremental")}
 
 
 def _as_flags(message: str) -> str:

@@ -54,7 +54,7 @@ from connectors.cassandra._splits import (
 from connectors.cassandra._tokens import PlanEntry, TokenRange
 from connectors.cassandra._types import arrow_type, column_converter, kind, select_expression
 from serializers import SimpleVersionedSerializer
-from splitsource import EnumeratorState, OptionsError, Predicate, Source, SplitEnumeratorContext
+from splitsource import Changes, EnumeratorState, OptionsError, Predicate, Source, SplitEnumeratorContext
 
 __all__ = ["CassandraSource"]
 
@@ -205,6 +205,12 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
 
     def position_serializer(self) -> SimpleVersionedSerializer[CassandraPosition]:
         return CASSANDRA_POSITION_SERIALIZER
+
+    def incremental(self) -> Changes:
+        """Refused: Cassandra keeps no exact record of what changed since an instant (docs/cassandra.md)."""
+        raise OptionsError("connector 'cassandra' cannot copy only what changed (--incremental): a cell's writetime "
+                           "is not a change record (hints and repairs deliver old writetimes late, and clocks skew), "
+                           "so a run by writetime would lose rows; copy the table whole (docs/cassandra.md)")
 
     def is_transient(self, error: BaseException) -> bool:
         from cassandra import OperationTimedOut, ReadFailure, ReadTimeout, Unavailable

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 
 from serializers import MsgpackRecordSerializer, SimpleVersionedSerializer
 from splitsource import (
+    Changes,
     EnumeratorState,
     OptionsError,
     RecordEmitter,
@@ -234,7 +235,8 @@ class GeneratorPosition:
 
 
 class GeneratorEnumerator(SplitEnumerator[GeneratorSplit, GeneratorPosition]):
-    """Cuts ``rows`` into splits of ``rows_per_split`` on request; its state is one integer."""
+    """Cuts ``rows`` into splits of ``rows_per_split`` on request, from row ``first`` (an incremental run's: the
+    rows the run before read; the generator's rows only ever grow); its state is one integer."""
 
     def __init__(
         self,
@@ -242,14 +244,19 @@ class GeneratorEnumerator(SplitEnumerator[GeneratorSplit, GeneratorPosition]):
         context: SplitEnumeratorContext | None = None,
         position: GeneratorPosition = GeneratorPosition(0),
         pending: Sequence[GeneratorSplit] = (),
+        first: int = 0,
     ) -> None:
         super().__init__(context, pending)
         self._options = options
         self._next = position.next_index
+        self._first = first
+
+    def instant(self) -> dict[str, int]:
+        return {"rows": self._options.rows}
 
     def generate_split(self) -> GeneratorSplit | None:
         per = self._options.rows_per_split
-        start = self._next * per
+        start = self._first + self._next * per
         if start >= self._options.rows:
             return None
         split = GeneratorSplit(self._next, start, min(start + per, self._options.rows), self._options.row_bytes)
@@ -260,7 +267,7 @@ class GeneratorEnumerator(SplitEnumerator[GeneratorSplit, GeneratorPosition]):
         return GeneratorPosition(self._next)
 
     def estimated_total_splits(self) -> int:
-        return -(-self._options.rows // self._options.rows_per_split)
+        return -(-(self._options.rows - self._first) // self._options.rows_per_split)
 
 
 _Raw = tuple[int, pa.RecordBatch]  # (row after the batch, batch)
@@ -350,12 +357,29 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
         return pa.schema([pa.field(c.name, _TYPES[c.type_name][0], nullable=True) for c in self.options.columns])
 
     def create_enumerator(self, context: SplitEnumeratorContext) -> GeneratorEnumerator:
-        return GeneratorEnumerator(self.options, context)
+        return GeneratorEnumerator(self.options, context, first=self._first_row())
 
     def restore_enumerator(
         self, context: SplitEnumeratorContext, state: EnumeratorState[GeneratorSplit, GeneratorPosition]
     ) -> GeneratorEnumerator:
-        return GeneratorEnumerator(self.options, context, state.position, state.pending)
+        return GeneratorEnumerator(self.options, context, state.position, state.pending, self._first_row())
+
+    def incremental(self) -> Changes:
+        """Rows are only ever added (option ``rows`` grows): an incremental run reads the rows after the last
+        run's."""
+        return Changes.APPENDS
+
+    def _first_row(self) -> int:
+        """The first row this read reads: 0, or with ``since`` the rows the run before read."""
+        if self.since is None:
+            return 0
+        first = self.since.get("rows")
+        if not isinstance(first, int) or first < 0:
+            raise OptionsError(f"option 'since': {self.since} is not a generator's instant (rows=N)")
+        if first > self.options.rows:
+            raise OptionsError(f"option 'rows': {self.options.rows}, fewer than the {first} the run before read: a "
+                               "generator's rows only grow")
+        return first
 
     def create_split_reader(self) -> GeneratorSplitReader:
         return GeneratorSplitReader(self)
@@ -374,8 +398,8 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
 
     def identity(self) -> dict[str, Any]:
         o = self.options
-        return {
-            "connector": self.name, "rows": o.rows, "seed": o.seed,
+        return {  # not its rows: a generator that grew is the same source, further on (an incremental copy's)
+            "connector": self.name, "seed": o.seed,
             "columns": ",".join(f"{c.name}:{c.type_name}{'?' if c.nullable else ''}" for c in o.columns),
             "null_fraction": o.null_fraction,
             # the split layout: a checkpoint's split indices mean other rows under another size

@@ -30,16 +30,20 @@ __all__ = ["PostgresEnumerator"]
 BLOCK = 8192
 SAMPLE_BLOCKS = 2000  # at least this many blocks sampled per relation (or all of a smaller one)
 SAMPLE_PER_SPLIT = 64  # and at least this many per split
+XID_WINDOW = 1 << 32  # rows carry 32-bit transaction ids: an incremental run tells apart this many since the last
 
 
 class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
     def __init__(self, options: PostgresOptions, table: Table, context: SplitEnumeratorContext | None = None,
-                 position: PostgresPosition | None = None, pending: Iterable[PostgresSplit] = ()) -> None:
+                 position: PostgresPosition | None = None, pending: Iterable[PostgresSplit] = (),
+                 since: int | None = None) -> None:
         super().__init__(context, pending)
         self._options, self._table = options, table
         self._position = position
         self._conn: Any = None
         self._snapshot = ""
+        self._since = since  # an incremental run's: the last run's snapshot's xmin
+        self._instant: dict[str, int] = {}
 
     def start(self) -> None:
         options = self._options
@@ -51,6 +55,15 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
             else:
                 self._snapshot = self._conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
             table = self._table
+            if table.server_version >= 130000:
+                xmin, xmax = self._conn.execute(
+                    "SELECT pg_snapshot_xmin(s)::text::int8, pg_snapshot_xmax(s)::text::int8 "
+                    "FROM pg_current_snapshot() s").fetchone()
+                self._instant = {"xmin": xmin, "xmax": xmax}
+                if self._since is not None and xmax - self._since >= XID_WINDOW:
+                    raise OptionsError(
+                        f"{table.label}: {xmax - self._since:,} transactions since the last run's snapshot, more "
+                        "than a row's 32-bit transaction id tells apart: copy the table whole to a new output")
             guard = _guard(self._conn, table)
             if self._position is None:
                 self._position = PostgresPosition(tuple(self._plan(table)), 0, guard)
@@ -125,6 +138,10 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
 
     def estimated_total_splits(self) -> int | None:
         return len(self._position.splits) if self._position is not None else None
+
+    def instant(self) -> dict[str, int]:
+        """The run's snapshot: the oldest transaction it saw running, and the first it did not see (64-bit)."""
+        return self._instant
 
     def reader_options(self) -> dict[str, str]:
         """The run's snapshot, and the table as described, for every reader of this run."""

@@ -32,7 +32,7 @@ from splitsource import (
     ValueRangeError,
 )
 
-__all__ = ["PostgresEmitter", "PostgresSplitReader", "key_condition", "snapshot_gone"]
+__all__ = ["PostgresEmitter", "PostgresSplitReader", "changed_since", "key_condition", "snapshot_gone"]
 
 Raw = tuple[pa.RecordBatch, PostgresSplit]  # a page, and what is left of its split after it
 BLOCK = 8192
@@ -65,8 +65,11 @@ class _Woken(Exception):
 
 
 class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
-    def __init__(self, options: PostgresOptions, table: Table) -> None:
-        self._options, self._table = options, table
+    """Reads its splits' rows page by page; ``since`` (an incremental run's): only the row versions the last run's
+    snapshot, whose xmin that is, could not see (:func:`changed_since`)."""
+
+    def __init__(self, options: PostgresOptions, table: Table, since: int | None = None) -> None:
+        self._options, self._table, self._since = options, table, since
         self._queue: SplitQueue[PostgresSplit, PostgresSplit] = SplitQueue(lambda split: split)
         self._connection: _Connection | None = None
         self._events: list[ReadEvent] = []
@@ -136,6 +139,8 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         table, options = self._table, self._options
         columns = [c.select for c in table.columns]
         conditions = [f"({options.where})"] if options.where else []
+        if self._since is not None:
+            conditions.append(changed_since(split.relation, self._since))
         connection = self._connection_for(split)
         if self._woken.is_set():  # woken before the query: a cancel finds no query to cut, so stop here
             raise _Woken()
@@ -328,6 +333,20 @@ def _row_key(table: Table, page: pa.RecordBatch, row: int) -> str:
         return ""
     key = _key_at(table, page, row)
     return " (row " + ", ".join(f"{c.name}={text}" for c, text in zip(table.key, key, strict=True)) + ")"
+
+
+def changed_since(relation: str, xmin: int) -> str:
+    """The row versions that a snapshot whose xmin was ``xmin`` (64-bit) could not have seen, and some it could:
+    those made by a transaction not older than ``xmin``. Every transaction older than a snapshot's xmin had ended
+    when it was taken, so a row version it made was either seen (committed) or never visible (aborted); the rest
+    may have committed after, late, below any high-water mark. A row's ``xmin`` is its 32-bit transaction id, kept
+    when the row is frozen (PostgreSQL 9.4 on): it is compared modulo 2^32 against the window from ``xmin`` to the
+    reading snapshot's xmax (the enumerator refuses a window of 2^32 or more). Subtransactions (savepoints) take
+    ids above their parent's, so they fall in the window with it. An ancient frozen row whose id wrapped into the
+    window is read again: an upsert of what the output holds."""
+    row = f"{relation}.xmin::text::int8"
+    window = f"(pg_snapshot_xmax(pg_current_snapshot())::text::int8 - {xmin})"
+    return f"(({row} - {xmin % (1 << 32)} + 4294967296) % 4294967296) < {window}"
 
 
 def key_condition(table: Table, split: PostgresSplit) -> list[str]:

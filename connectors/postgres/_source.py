@@ -23,7 +23,7 @@ from connectors.postgres._reader import PostgresEmitter, PostgresSplitReader
 from connectors.postgres._session import connect, errors_in_one_line, transient
 from connectors.postgres._splits import POSITIONS, SPLITS, PostgresPosition, PostgresSplit, PostgresSplitState
 from serializers import SimpleVersionedSerializer
-from splitsource import EnumeratorState, Predicate, Source, SplitEnumeratorContext
+from splitsource import Changes, EnumeratorState, OptionsError, Predicate, Source, SplitEnumeratorContext
 
 __all__ = ["PostgresSource"]
 
@@ -56,14 +56,35 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
         return self.table.schema
 
     def create_enumerator(self, context: SplitEnumeratorContext) -> PostgresEnumerator:
-        return PostgresEnumerator(self.options, self.table, context)
+        return PostgresEnumerator(self.options, self.table, context, since=self._since_xmin())
 
     def restore_enumerator(self, context: SplitEnumeratorContext,
                            state: EnumeratorState[PostgresSplit, PostgresPosition]) -> PostgresEnumerator:
-        return PostgresEnumerator(self.options, self.table, context, state.position, state.pending)
+        return PostgresEnumerator(self.options, self.table, context, state.position, state.pending,
+                                  self._since_xmin())
 
     def create_split_reader(self) -> PostgresSplitReader:
-        return PostgresSplitReader(self.options, self.table)
+        return PostgresSplitReader(self.options, self.table, self._since_xmin())
+
+    def incremental(self) -> Changes:
+        """Upserts: an incremental run reads every row version the last run's snapshot could not see, by the
+        transaction ids on the rows (docs/incremental.md); a table needs a key, whose newest version wins."""
+        if not self.table.key:
+            raise OptionsError(f"connector 'postgres': --incremental needs a key to apply a changed row by: "
+                               f"{self.table.label} has no primary key or unique index on not-null columns")
+        if self.table.server_version < 130000:
+            raise OptionsError("connector 'postgres': --incremental needs PostgreSQL 13 or later "
+                               "(pg_current_snapshot)")
+        return Changes.UPSERTS
+
+    def _since_xmin(self) -> int | None:
+        """The oldest transaction the last run's snapshot still saw running (64-bit), or None: read everything."""
+        if self.since is None:
+            return None
+        xmin = self.since.get("xmin")
+        if not isinstance(xmin, int) or xmin < 3:
+            raise OptionsError(f"option 'since': {self.since} is not a PostgreSQL instant (xmin=N xmax=M)")
+        return xmin
 
     def create_record_emitter(self) -> PostgresEmitter:
         return PostgresEmitter()

@@ -62,6 +62,12 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
     def schema(self) -> pa.Schema:
         return pa.schema([(name, arrow) for name, _, arrow in self._columns])
 
+    def last_key(self) -> Any:
+        """The greatest rowid: an incremental copy's next run reads the rows added after it (SQLite gives a new row
+        a rowid above every other's, unless the greatest was deleted and the table is not AUTOINCREMENT)."""
+        with closing(self.connect()) as db:
+            return db.execute(f"SELECT max(rowid) FROM {_quote(self.options.table)}").fetchone()[0]
+
     def boundaries(self) -> Any:
         with closing(self.connect()) as db:
             low, high, count = db.execute(f"SELECT min(rowid), max(rowid), count(*) FROM {_quote(self.options.table)}"

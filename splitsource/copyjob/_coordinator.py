@@ -44,7 +44,15 @@ from splitsource._offsets import (
 )
 from splitsource._planning import FrameworkOptions, TaskEnvironment, batch_limit
 from splitsource.copyjob._ledger import split_counts, write_batch
-from splitsource.copyjob._protocol import CopyRun, EngineResult, ReadStats, TaskOutcome, TaskSpec, copy_writer_id
+from splitsource.copyjob._protocol import (
+    CopyRun,
+    EngineResult,
+    ReadStats,
+    TaskOutcome,
+    TaskSpec,
+    copy_writer_id,
+    run_query_id,
+)
 
 __all__ = ["Batch", "TaskPool", "run_batches"]
 
@@ -96,14 +104,15 @@ class _Coordinator:
 
     def __init__(self, run: CopyRun, pool: TaskPool, engine: str, parallelism: int) -> None:
         self.copy, self.pool, self.committer = run, pool, run.committer
-        self.query_id = f"{engine}-{run.token}"
-        self.offsets = _OffsetLog(run.checkpoint, engine)
+        self.query_id = run_query_id(engine, run.token, run.run)
+        # an incremental copy's later runs: a log of their own (batch numbers start again at 0 in each run)
+        self.offsets = _OffsetLog(run.checkpoint, engine if run.run == 1 else f"{engine}/run{run.run}")
         self.fingerprint = source_fingerprint(run.source)
         self.parallelism = max(run.read.framework.parallelism, parallelism)
         self.limit = batch_limit(run.read.framework)
         self.plans = PlanStore(run.checkpoint.child(PLANS_DIR))  # the plan once, offsets hold a cursor
         self.task = TaskSpec(run.read, run.sink, TaskEnvironment.current(),
-                             copy_writer_id(run.token))
+                             copy_writer_id(run.token), run.run if run.marked else 0)
         self.last, self.start = -1, cast("dict[str, Any] | None", None)  # the last committed batch, its offset
         self.done_splits, self.total, self.rows, self.batches = 0, -1, 0, 0
         self.stats, self.unsized = ReadStats(), False
@@ -113,7 +122,7 @@ class _Coordinator:
         while (end := self.offsets.replayable(self.last + 1) or self.plan_next()) is not None:
             self.write_and_commit(self.last + 1, end)
         return EngineResult(int(self.start["taken"]) if self.start else 0, self.total, self.batches, self.stats,
-                            self.unsized)
+                            self.unsized, dict(self.start.get("instant", {})) if self.start else {}, self.copy.run)
 
     def recover(self) -> None:
         """Finish or roll back a commit the sink logged, sweep orphans (no task runs now), and start after the last

@@ -47,6 +47,7 @@ class Plan:
     volatile: frozenset[str] = frozenset()
     keys: tuple[str, ...] = ()
     detail: bool = False
+    changes: bool = False  # an incremental copy's files: each row carries its run and change (RUN_COLUMN, ...)
 
     @property
     def data(self) -> list[pa.Field]:
@@ -75,6 +76,9 @@ class SideDigest:
     row_hashes: list[np.ndarray] = field(default_factory=list)
     key_hashes: list[np.ndarray] = field(default_factory=list)
     label: str = ""
+    runs: list[np.ndarray] = field(default_factory=list)  # an incremental copy's files: each row's run...
+    deleted: list[np.ndarray] = field(default_factory=list)  # ...and whether it is a delete
+    positions: np.ndarray | None = None  # the rows kept, by their index in the call (None: every row)
 
     def add(self, plan: Plan, columns: Mapping[str, np.ndarray], n: int) -> None:
         rows = plan.row_hashes(columns, n)
@@ -82,7 +86,7 @@ class SideDigest:
         self.rows += n
         self.first = (self.first + first) % (1 << 64)
         self.second = (self.second + second) % (1 << 64)
-        if plan.detail:
+        if plan.detail or plan.changes:
             self.row_hashes.append(rows)
             self.key_hashes.append(plan.key_hashes(columns, rows, n))
 
@@ -91,6 +95,13 @@ class SideDigest:
         empty = np.zeros(0, dtype=np.uint64)
         return (np.concatenate(self.row_hashes) if self.row_hashes else empty,
                 np.concatenate(self.key_hashes) if self.key_hashes else empty)
+
+    def keep(self, kept: np.ndarray) -> None:
+        """Keep only the rows at ``kept`` (indices in the call, ascending): the sums and hashes of those."""
+        rows, keys = self.detail()
+        self.row_hashes, self.key_hashes, self.positions = [rows[kept]], [keys[kept]], kept
+        self.rows = len(kept)
+        self.first, self.second = lanes(rows[kept])
 
 
 # -- the source side ----------------------------------------------------------------------------------------------
@@ -243,12 +254,18 @@ def _file_texts(file: OutputFile, plan: Plan, n: int) -> dict[str, pa.Array]:
 
 def output_file(file: OutputFile, plan: Plan) -> SideDigest:
     """One output file, digested as its format's reader reads it."""
+    from splitsource.copyjob._protocol import CHANGE_COLUMN, CHANGE_FIELDS, RUN_COLUMN
+
     fs, _ = resolve_filesystem(file.output)
     digest = SideDigest(label=file.relative)
+    fields = plan.data + list(CHANGE_FIELDS) if plan.changes else plan.data
     try:
-        for arrays in FORMATS[file.fmt].batches(fs, file.path, plan.data, file.csv_header):
+        for arrays in FORMATS[file.fmt].batches(fs, file.path, fields, file.csv_header):
             n = len(next(iter(arrays.values()))) if arrays else 0
             digest.add(plan, plan.column_hashes(arrays, _file_texts(file, plan, n)), n)
+            if plan.changes:
+                digest.runs.append(np.asarray(arrays[RUN_COLUMN].to_numpy(zero_copy_only=False), dtype=np.int64))
+                digest.deleted.append(np.asarray(arrays[CHANGE_COLUMN].to_numpy(zero_copy_only=False)) == "delete")
     except SinkError:
         raise
     except (ValueError, KeyError, TypeError, pa.ArrowException, UnicodeDecodeError) as exc:

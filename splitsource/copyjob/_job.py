@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from splitsource._api import Changes
 from splitsource._errors import LeaseLostError, OptionsError
 from splitsource._fs import Location, is_uri, locate, redact, sibling_uri
 from splitsource._names import FINISHED_FILE, RECORDS_SUFFIX, SINK_DESCRIPTION
@@ -36,12 +37,12 @@ from splitsource.copyjob._ownership import (
     start_over,
     undo_unstarted,
 )
-from splitsource.copyjob._protocol import CopyRun, Engine, EngineResult
+from splitsource.copyjob._protocol import CopyRun, Engine, EngineResult, run_query_id
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
-__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "committed_rows", "default_checkpoint", "location"]
+__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "default_checkpoint", "location"]
 
 
 
@@ -66,8 +67,16 @@ class CopySummary:
     events: dict[str, int] = field(default_factory=dict)  # what readers met and coped with, by kind (page_shrunk)
     event_details: list[str] = field(default_factory=list)  # the first 100 of them, one line each
     unsized: bool = False  # batches were cut by count: the connector's splits estimate no size
+    run: int = 0  # an incremental copy's run (1: its first, a full copy); 0: not incremental
+    run_rows: int = 0  # rows that run committed (over every call of it: a run killed and resumed)
+    changes: str = ""  # what an incremental run reads: "appends" or "upserts" (Changes)
+    since: dict[str, Any] = field(default_factory=dict)  # the instant the run read the changes after (run 2 on)
+    instant: dict[str, Any] = field(default_factory=dict)  # the instant this run read at: the next one's since
 
     def text(self) -> str:
+        if self.run > 1 and self.run_rows == 0:
+            return (f"run {self.run}: nothing changed since run {self.run - 1} ({_instant(self.since)}): nothing "
+                    f"committed; {self.total_rows:,} rows in {self.output}")
         lines = [
             f"copy finished: {self.total_rows:,} rows in {self.files:,} files ({_size(self.bytes)}), "
             f"{self.splits} splits",
@@ -79,11 +88,20 @@ class CopySummary:
             lines.append(f"readers: {self.retries} transient errors resumed, {self.throttled_s:.1f} s throttled"
                          f"{f'; events: {events}' if events else ''}")
             lines += [f"  {detail}" for detail in self.event_details[:10]]
+        if self.run:
+            kind = "rows added" if self.changes == "appends" else "rows added or changed (upserts by key)"
+            lines.insert(0, f"run {self.run} of an incremental copy, at {_instant(self.instant)}: " + (
+                "a full copy" if self.run == 1 else f"{self.run_rows:,} {kind} since run {self.run - 1} "
+                                                    f"({_instant(self.since)}), 0 deleted"))
         if self.unsized:
             lines.append(f"batches: {UNSIZED_SPLITS_PER_BATCH} splits each, since the connector's splits estimate "
                          "no size (Split.estimated_size_bytes is 0)")
         lines += [f"output:     {self.output}", f"checkpoint: {self.checkpoint}"]
         return "\n".join(lines)
+
+
+def _instant(instant: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in instant.items()) or "?"
 
 
 def _size(n: float) -> str:
@@ -172,6 +190,7 @@ class CopySettings:
     overwrite: bool = False
     single_writer: bool = False
     lease_s: float = DEFAULT_LEASE_S
+    incremental: bool = False  # each run after the first copies only what changed since the one before
 
 
 class Copy:
@@ -187,7 +206,16 @@ class Copy:
         check_paths(self.output, self.checkpoint)
         self.read = read_settings(settings.read_options)
         self.framework, self.source = self.read.framework, self.read.source()
+        self.changes = self.source.incremental() if settings.incremental else None  # refused before connecting
         self.schema = self.source.schema()
+        self.marked = self.changes is not None and self.sink.table_format == "none"  # rows get run and change
+        self.since: dict[str, Any] = {}  # an incremental run's: the instant of the run before
+        self.resumed: bool | None = None  # whether this call resumes its run (None: whether it resumed the copy)
+        if self.changes is Changes.UPSERTS and self.sink.table_format != "none":
+            raise OptionsError(f"--incremental into a {self.sink.table_format} table needs its rows applied by key, "
+                               f"which is not built yet for connector {self.framework.connector!r}, whose changes "
+                               "are upserts: copy to plain files (their rows carry the run and the change, "
+                               "docs/incremental.md)")
         self.committer = self.sink.committer(self.output)
         self.records = Location(self.sink.metadata or sibling_uri(self.output.uri, RECORDS_SUFFIX),
                                 self.committer.fs, self.committer.meta)
@@ -215,7 +243,7 @@ class Copy:
         finally:
             if failed and owned:  # a copy refused by another's lock must not touch what that copy is making
                 _remove_if_empty(made)
-        return self.summary(result, claimed.resumed, rows_before, started)
+        return self.summary(result, claimed, rows_before, started)
 
     def identity(self) -> dict[str, Any]:
         """What makes this copy this copy: a checkpoint of another is refused."""
@@ -224,9 +252,12 @@ class Copy:
             "version": 1, "connector": self.framework.connector, "identity": source.identity(),
             "source": source_fingerprint(source), "output": self.output.shown, "format": sink.format,
             "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
-        if sink.table_format != "none":
-            identity["table_format"] = sink.table_format  # a resumed copy does not change the kind of output
+        if sink.table_format != "none" or self.changes:
+            if sink.table_format != "none":
+                identity["table_format"] = sink.table_format  # a resumed copy does not change the kind of output
             identity["schema"] = [f"{f.name}: {f.type}" for f in self.schema]  # ...nor its table's schema
+        if self.changes:
+            identity["incremental"] = True  # nor a copy's runs become incremental, or stop being
             if self.settings.overwrite:
                 raise OptionsError(f"--overwrite does not start a {sink.table_format} table over: the table keeps "
                                    "its history, which a copy may not delete; remove the table (its directory and "
@@ -258,38 +289,63 @@ class Copy:
             start_over(output, checkpoint, committer)
         claimed = claim(output, checkpoint, identity, committer)
         try:
-            _describe_output(self.sink, committer)
-            rows_before = committed_rows(committer)
-            return claimed, self.run_engine(claimed), rows_before
+            _describe_output(self.sink, committer, self.marked)
+            run = self.next_run(claimed)
+            rows_before = self.committed_rows(claimed.token, run.run)
+            result = run.finished or self.run_engine(run.copy_run)
+            return claimed, result, rows_before
         except LeaseLostError:
             raise  # what it made is the copy's that took over now: it touches nothing more
         except BaseException:
             undo_unstarted(checkpoint, claimed, committer)
             raise
 
-    def run_engine(self, claimed: Claim) -> EngineResult:
-        """The engine's run, or a finished copy's result (its re-run starts no engine, no JVM: nothing to do)."""
+    def next_run(self, claimed: Claim) -> _NextRun:
+        """What this call runs: the copy's run 1, resumed or started; a finished copy's result (its re-run starts
+        no engine, no JVM: nothing to do); for an incremental copy whose last run finished, the run after it (or
+        that run resumed), which reads what changed since the instant the finished one read at."""
         checkpoint, committer = self.checkpoint, self.committer
-        result = finished_before(checkpoint, claimed.token, committer) if claimed.resumed else None
-        if result is None:
-            run = CopyRun(self.source, self.read, self.sink, committer, checkpoint, claimed.token,
-                          self.progress.update if self.progress is not None else None)
-            result = self.engine.run(run)
-            mark_finished(checkpoint, claimed.token, committer, result)
+        marker = finished_marker(checkpoint, claimed.token) if claimed.resumed else None
+        number, read, source = 1, self.read, self.source
+        if self.changes is not None and marker is not None:
+            number, self.since = marker.run + 1, dict(marker.instant)
+            read = self.read.since(self.since)
+            source = read.source()
+            started = committer.last_stream_batch(run_query_id(self.engine.name, claimed.token, number)) is not None
+            self.resumed = started  # a run that committed a batch before this call is resumed
+        elif marker is not None and marker.seq == _latest_stream_seq(committer):
+            return _NextRun(marker.run, finished=EngineResult(marker.taken, marker.total, 0, run=marker.run,
+                                                               instant=marker.instant))
+        return _NextRun(number, CopyRun(source, read, self.sink, committer, checkpoint, claimed.token,
+                                        self.progress.update if self.progress is not None else None, number,
+                                        marked=self.marked))
+
+    def run_engine(self, run: CopyRun | None) -> EngineResult:
+        assert run is not None
+        result = self.engine.run(run)
+        mark_finished(self.checkpoint, run.token, self.committer, result)
         return result
 
-    def summary(self, result: EngineResult, resumed: bool, rows_before: int, started: float) -> CopySummary:
-        """What the copy reports, written into ``_SUCCESS`` as it is marked finished."""
+    def committed_rows(self, token: str, runs: int) -> int:
+        """Rows the copy committed in its runs 1 to ``runs``."""
+        return sum(self.committer.query_rows(run_query_id(self.engine.name, token, n)) for n in range(1, runs + 1))
+
+    def summary(self, result: EngineResult, claimed: Claim, rows_before: int, started: float) -> CopySummary:
+        """What the copy reports, written into ``_SUCCESS`` as it is marked finished: an incremental run's rows are
+        the run's (resumed or not), a copy's those this call committed."""
         committer, stats = self.committer, result.stats
-        total_rows = committed_rows(committer)
+        total_rows = self.committed_rows(claimed.token, result.run)
         files = committer.finished_files()
         size = sum((e.size or 0) for e in (committer.fs.info(p) for p in files) if e is not None)
         rows, seconds = total_rows - rows_before, time.monotonic() - started
+        run_rows = total_rows - self.committed_rows(claimed.token, result.run - 1) if self.changes else 0
         summary = CopySummary(rows, total_rows, len(files), size, result.taken, result.batches, seconds,
-                              rows / seconds if seconds > 0 else 0.0, resumed, self.output.shown,
+                              rows / seconds if seconds > 0 else 0.0,
+                              claimed.resumed if self.resumed is None else self.resumed, self.output.shown,
                               self.checkpoint.shown, stats.retries, round(stats.throttled_s, 3),
                               dict(sorted(stats.split_rows.items())), stats.events, stats.event_details,
-                              result.unsized)
+                              result.unsized, result.run if self.changes else 0, run_rows,
+                              self.changes.value if self.changes else "", self.since, dict(result.instant))
         if self.progress is not None:
             self.progress.update(result.taken, max(result.taken, result.total), rows, final=True)
         committer.end_of_input(json.dumps(asdict(summary)).encode())
@@ -300,37 +356,56 @@ def _latest_stream_seq(committer: BucketingGlobalCommitter) -> int:
     return max((r.seq for r, _ in committer.records() if r.kind == "stream"), default=0)
 
 
+@dataclass(frozen=True)
+class _NextRun:
+    """What a call of a copy runs: run ``run`` through the engine, or nothing (``finished``: the copy's result)."""
+
+    run: int
+    copy_run: CopyRun | None = None
+    finished: EngineResult | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """``<checkpoint>/finished.json``: the engine ran the source to its end (for an incremental copy: its run
+    ``run``), when the output's newest commit record was ``seq``; ``instant``: where the source stood for that run
+    (the next incremental run reads the changes after it)."""
+
+    token: str
+    seq: int
+    taken: int
+    total: int
+    run: int = 1
+    instant: Mapping[str, Any] = field(default_factory=dict)
+
+
 def mark_finished(checkpoint: Location, token: str, committer: BucketingGlobalCommitter,
                   result: EngineResult) -> None:
     """Record that the engine ran the source to its end, with the output's newest commit record at that moment."""
-    marker = {"token": token, "seq": _latest_stream_seq(committer), "taken": result.taken, "total": result.total}
-    checkpoint.store.write(checkpoint.child(FINISHED_FILE).path, json.dumps(marker).encode())
+    marker = Finished(token, _latest_stream_seq(committer), result.taken, result.total, result.run,
+                      dict(result.instant))
+    checkpoint.store.write(checkpoint.child(FINISHED_FILE).path, json.dumps(asdict(marker)).encode())
 
 
-def finished_before(checkpoint: Location, token: str, committer: BucketingGlobalCommitter) -> EngineResult | None:
-    """The result of a copy that already read its whole source, if the checkpoint says so and the output's newest
-    commit record is still the one it finished with; None: run the engine (it resumes, or finds nothing left)."""
+def finished_marker(checkpoint: Location, token: str) -> Finished | None:
+    """What the checkpoint says the last finished run was, if it says so for this copy (``token``); None: no run
+    finished (or an unreadable marker: the engine decides, from the output's commit log)."""
     try:
-        marker = json.loads(checkpoint.store.read_text(checkpoint.child(FINISHED_FILE).path))
-        if marker["token"] != token or int(marker["seq"]) != _latest_stream_seq(committer):
-            return None
-        return EngineResult(int(marker["taken"]), int(marker["total"]), 0)
+        found = json.loads(checkpoint.store.read_text(checkpoint.child(FINISHED_FILE).path))
+        marker = Finished(str(found["token"]), int(found["seq"]), int(found["taken"]), int(found["total"]),
+                          int(found.get("run", 1)), dict(found.get("instant") or {}))
     except (OSError, ValueError, KeyError, TypeError):
-        return None  # no marker (or an unreadable one): the engine decides
+        return None
+    return marker if marker.token == token else None
 
 
-def committed_rows(committer: BucketingGlobalCommitter) -> int:
-    """Rows the copy has committed over all its runs: the running total of its newest commit record."""
-    latest = max((r for r, _ in committer.records() if r.kind == "stream"), key=lambda r: r.seq, default=None)
-    return latest.total_rows if latest else 0
-
-
-def _describe_output(sink: BucketingSinkOptions, records: BucketingGlobalCommitter) -> None:
-    """Write copy.json into the output's records: how the files are laid out, for ``splitsource verify``."""
+def _describe_output(sink: BucketingSinkOptions, records: BucketingGlobalCommitter, marked: bool) -> None:
+    """Write copy.json into the output's records: how the files are laid out, for ``splitsource verify``;
+    ``marked``: an incremental copy's files, whose rows carry their run and change."""
     records.fs.make_dirs(records.meta)
     description = {"format": sink.format, "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns,
                    "csv_header": sink.csv_header, "part_prefix": sink.part_prefix,
-                   "part_suffix": sink.names.suffix}
+                   "part_suffix": sink.names.suffix, "incremental": marked}
     if sink.table_format != "none":
         description.update(table_format=sink.table_format, iceberg_catalog=redact(sink.iceberg_catalog))
     records.fs.write(join(records.meta, SINK_DESCRIPTION), json.dumps(description, indent=2).encode())

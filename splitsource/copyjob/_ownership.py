@@ -204,11 +204,22 @@ def _check_same_copy(checkpoint: str, found: Mapping[str, Any], identity: Mappin
             f"reads {_origin_text(identity.get('origin') or {})}: resuming would mix two sources in one output; "
             "point the copy at the cluster it started from, or use another option 'checkpoint' and option 'output'")
     differ = sorted(k for k in set(found) | set(identity) if k != "token" and found.get(k) != identity.get(k))
-    if differ == ["schema"]:
+
+    def unshaped(which: Mapping[str, Any]) -> Any:  # a connector's identity without its table's shape
+        inner = which.get("identity")
+        return {k: v for k, v in inner.items() if k != "shape"} if isinstance(inner, Mapping) else inner
+
+    if "schema" in differ and set(differ) <= {"schema", "identity", "source"} and unshaped(found) == unshaped(
+            identity):
         change = _schema_change(found.get("schema") or [], identity["schema"])
         raise CheckpointError(f"the source's columns changed since this copy started ({change}): its table keeps "
                               "one schema; finish the copy from a source with the columns it started with, or copy "
                               "to a new path")
+    if "incremental" in differ:
+        made = "with" if found.get("incremental") else "without"
+        raise CheckpointError(f"checkpoint {checkpoint} was made by a copy {made} --incremental, and this one is "
+                              f"{'not' if made == 'with' else 'incremental'}: run it as it started, or copy to a new "
+                              "output and checkpoint")
     if differ:
         raise CheckpointError(
             f"checkpoint {checkpoint} belongs to another copy (it differs in: {', '.join(differ)}; it copies "

@@ -47,13 +47,34 @@ from splitsource.sink._files import PendingFile
 from splitsource.sink._options import BucketingSinkOptions
 from splitsource.sink._writer import write_files
 
-__all__ = ["AskSplit", "CopyRun", "Engine", "EngineResult", "ProgressFn", "ReadStats", "TaskOutcome", "TaskReport",
-           "TaskSpec", "copy_task", "copy_writer_id", "run_task"]
+__all__ = [
+    "CHANGE_COLUMN",
+    "RUN_COLUMN",
+    "AskSplit",
+    "CopyRun",
+    "Engine",
+    "EngineResult",
+    "ProgressFn",
+    "ReadStats",
+    "TaskOutcome",
+    "TaskReport",
+    "TaskSpec",
+    "copy_task",
+    "copy_writer_id",
+    "run_query_id",
+    "run_task",
+]
 
 ProgressFn = Callable[[int, int, int], None]  # (splits done, estimated total splits or -1, rows this run)
 # a read task's request for its next split: the rows it has written so far in, the split's versioned bytes out (None:
 # no split left); asking again says every split handed out before is finished
 AskSplit = Callable[[int], "bytes | None"]
+
+
+def run_query_id(engine: str, token: str, run: int) -> str:
+    """Run ``run``'s id in the output's commit log (its batches are committed as 0, 1, ... of it): the engine's and
+    the copy's, and for an incremental copy's runs after the first, the run's number."""
+    return "-".join((engine, token, *([f"run{run}"] if run > 1 else [])))
 
 
 def copy_writer_id(token: str) -> str:
@@ -75,6 +96,9 @@ class CopyRun:
     checkpoint: Location
     token: str  # the copy's ownership token: its query id in the output's commit log
     progress: ProgressFn | None
+    run: int = 1  # which run of an incremental copy this is (its first: 1); the source's ``since`` is set from 2
+    marked: bool = False  # each row written gets the run's number and its change (an incremental copy's files)
+
 
 
 @dataclass(frozen=True)
@@ -86,6 +110,7 @@ class TaskSpec:
     sink: BucketingSinkOptions
     environment: TaskEnvironment  # the planner's interpreter and release: a task on another refuses plainly
     writer: str = ""  # the copy's id in its part files' names
+    run: int = 0  # an incremental copy's run: each row gets it and its change (RUN_COLUMN, CHANGE_COLUMN); 0: none
     readers: int = 1  # the copy's tasks that read at once, sharing its read rate limit
     index: int = 0  # this task's number in the batch (its part files' partition)
 
@@ -143,6 +168,8 @@ class EngineResult:
     batches: int  # batches committed by this run
     stats: ReadStats = field(default_factory=ReadStats)  # of the batches this run committed
     unsized: bool = False  # batches were cut by count: the connector's splits estimate no size
+    instant: Mapping[str, Any] = field(default_factory=dict)  # where the source stood at the run's first plan
+    run: int = 1  # which run of the copy this was (CopyRun.run)
 
 
 class Engine(Protocol):
@@ -162,6 +189,25 @@ class Engine(Protocol):
 
     def close(self) -> None:
         """Stop what the engine started (a Spark session of its own)."""
+
+
+RUN_COLUMN = "_splitsource_run"  # an incremental copy's files: the run that wrote the row (1, 2, ...)
+CHANGE_COLUMN = "_splitsource_change"  # and what the row is: "upsert" (its key's newest version) or "delete"
+CHANGE_FIELDS = (pa.field(RUN_COLUMN, pa.int64(), nullable=False), pa.field(CHANGE_COLUMN, pa.string(), nullable=False))
+
+
+def marked_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema of an incremental copy's files: the source's, then the run and the change."""
+    return pa.schema([*schema, *CHANGE_FIELDS], metadata=schema.metadata)
+
+
+def mark_changes(batch: pa.RecordBatch, run: int) -> pa.RecordBatch:
+    """``batch`` with the run's number and its change (every row a source reads is an upsert) as two more
+    columns."""
+    n = batch.num_rows
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, pa.array([run] * n, pa.int64()), pa.array(["upsert"] * n, pa.string())],
+        schema=marked_schema(batch.schema))
 
 
 def run_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
@@ -192,13 +238,13 @@ def _copy_memory_pool() -> Iterator[None]:
         pa.set_memory_pool(before)  # buffers keep the pool they came from: freeing them later stays right
 
 
-_SOURCES: dict[tuple[str, tuple[tuple[str, str], ...]], Source[Any, Any, Any, Any]] = {}
+_SOURCES: dict[tuple[str, tuple[tuple[str, str], ...], str], Source[Any, Any, Any, Any]] = {}
 
 
 def _source(read: ReadSettings) -> Source[Any, Any, Any, Any]:
     """The Source of ``read``, built once per process: a worker runs a task per batch with the same settings, and
     building one may ask the source for its schema (PostgreSQL's catalog: a connection and five queries)."""
-    key = (read.framework.connector, tuple(sorted(read.connector.items())))
+    key = (read.framework.connector, tuple(sorted(read.connector.items())), read.framework.since)
     if key not in _SOURCES:
         _SOURCES.clear()  # another copy's: one is enough
         _SOURCES[key] = read.source()
@@ -230,7 +276,7 @@ def copy_task(spec: TaskSpec, ask: AskSplit) -> TaskOutcome:
         for batch in read_splits(spec.read.framework, source, next_split, None, f"task-{spec.index}", spec.readers,
                                  metrics):
             rows += batch.num_rows
-            yield batch
+            yield mark_changes(batch, spec.run) if spec.run else batch
 
     files = tuple(write_files(spec.sink, batches(), spec.index, spec.writer))
     return TaskOutcome(files, sum(f.rows for f in files), splits, TaskReport.of(metrics))

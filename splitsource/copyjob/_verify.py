@@ -316,7 +316,8 @@ class _Work:
 
 
 def _run(work: _Work, plan: Plan, workers: int) -> tuple[list[SideDigest], list[SideDigest]]:
-    """Every call of ``work`` under ``plan``: in ``workers`` processes, or here when the source stays here."""
+    """Every call of ``work`` under ``plan``: in ``workers`` processes, or here when the source stays here; an
+    incremental copy's output reduced to the newest version of each row."""
     calls = work.calls(plan)
     if work.spec.local is not None or workers <= 1:
         results = [function(*args) for function, args in calls]
@@ -325,7 +326,27 @@ def _run(work: _Work, plan: Plan, workers: int) -> tuple[list[SideDigest], list[
 
         with CallPool(min(workers, len(calls))) as pool:
             results = pool.map(calls)
+    if plan.changes:
+        _newest_only(results[work.parts:], bool(plan.keys))
     return results[:work.parts], results[work.parts:]
+
+
+def _newest_only(files: Sequence[SideDigest], by_key: bool) -> None:
+    """An incremental copy's files as the source is (docs/incremental.md): of each key's rows, the one of the latest
+    run, unless that is a delete (a source without key columns only appends: every row but deletes)."""
+    keys = np.concatenate([np.zeros(0, np.uint64), *(f.detail()[1] for f in files)])
+    runs = np.concatenate([np.zeros(0, np.int64), *(r for f in files for r in f.runs)])
+    kept = ~np.concatenate([np.zeros(0, bool), *(d for f in files for d in f.deleted)])
+    if by_key and len(keys):
+        order = np.lexsort((runs, keys))  # by key, then run: a key's newest row is its last
+        newest = np.ones(len(order), bool)
+        newest[:-1] = keys[order][1:] != keys[order][:-1]
+        kept[order[~newest]] = False
+    start = 0
+    for f in files:
+        n = len(f.detail()[1])
+        f.keep(np.flatnonzero(kept[start:start + n]))
+        start += n
 
 
 def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | None = None,
@@ -357,7 +378,8 @@ def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | No
     files = tuple(OutputFile(output, path, relative, fmt, header) for path, relative in found)
     schema = source.schema()
     keys = tuple(k for k in source.key_columns() if k in schema.names)
-    plan = Plan(schema, tuple(_bucket_columns(layout)), frozenset(source.volatile_columns()), keys)
+    plan = Plan(schema, tuple(_bucket_columns(layout)), frozenset(source.volatile_columns()), keys,
+                changes=bool(layout.get("incremental")))
     work = _Work(spec, parts, files, plan)
     source_digests, output_digests = _run(work, plan, workers)
     result = VerifyResult(_total(source_digests), _total(output_digests), independent, foreign=foreign)
@@ -386,7 +408,7 @@ def _located(digests: Sequence[SideDigest]) -> tuple[np.ndarray, np.ndarray, np.
         rows.append(r)
         keys.append(k)
         calls.append(np.full(len(r), i, dtype=np.int64))
-        index.append(np.arange(len(r), dtype=np.int64))
+        index.append(np.arange(len(r), dtype=np.int64) if d.positions is None else d.positions.astype(np.int64))
     if not rows:
         empty = np.zeros(0, dtype=np.uint64)
         return empty, empty, np.zeros(0, np.int64), np.zeros(0, np.int64)

@@ -369,6 +369,14 @@ class BucketingGlobalCommitter:
         found = [r for r, _ in self.records() if r.kind == "stream" and r.write_id == query_id]
         return found[-1] if found else None
 
+    def query_rows(self, query_id: str) -> int:
+        """Rows streaming query ``query_id`` has committed here, over all its batches (0: none)."""
+        totals = [(r.seq, r.total_rows) for r, _ in self.records() if r.kind == "stream" and r.write_id == query_id]
+        kept = self.query_record(query_id)
+        if kept is not None:
+            totals.append((int(kept["seq"]), int(kept["total_rows"])))
+        return max(totals)[1] if totals else 0
+
     def last_stream_batch(self, query_id: str) -> int | None:
         """The highest batch id committed by streaming query ``query_id`` (None if it never committed here), from
         the retained records and the query's own record, which pruning keeps."""

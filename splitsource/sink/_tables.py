@@ -601,6 +601,8 @@ def publish(committer: CommitterView, record: CommitView) -> bool:
     log = log_id(committer, fmt)
     if fmt.published(committer, log) >= record.seq:
         return False
+    if not record.files and record.kind != "overwrite":
+        return False  # nothing to add (an incremental run with nothing new): no table commit
     fmt.publish(committer, log, record, _file_schema(committer, record))
     return True
 

@@ -23,15 +23,16 @@ fetch so that ``wake_up`` interrupted nothing. Make the source larger or its bat
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from serializers import read_envelope, write_envelope
-from splitsource._api import FixedEnumeratorContext, Source, Split
+from splitsource._api import Changes, FixedEnumeratorContext, Source, Split
 from splitsource._planning import check_options_class
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
 from splitsource.runtime._local import Checkpoint, InProcessRuntime
@@ -43,6 +44,7 @@ __all__ = [
     "check_add_back_snapshot",
     "check_all",
     "check_golden",
+    "check_incremental",
     "check_page_sizes",
     "check_parallel_read",
     "check_reference_rows",
@@ -429,6 +431,46 @@ def _read_one_split(source: AnySource, split: Split, reader: Any = None) -> list
                 return out
     finally:
         reader.close()
+
+
+def check_incremental(source: AnySource, change: Callable[[], AnySource], expected: pa.Table) -> None:
+    """An incremental run reads exactly what changed, once, and nothing else (for a source whose
+    :meth:`~splitsource.Source.incremental` accepts).
+
+    ``source`` is read whole, and its enumerator's instant kept (through JSON, as a copy keeps it). ``change()``
+    then changes the source's data (inserts; updates for a source of ``Changes.UPSERTS``) and returns the source
+    to read after it: the same one, or one with the options the change needs (a generator's larger ``rows``). Read
+    with ``since`` set to the instant, it must yield exactly ``expected``, the rows the change added or changed;
+    for ``Changes.APPENDS``, the two reads together must also be the whole source after the change (nothing lost
+    where the first run ended). A third read, since the second's instant with nothing changed, must be empty."""
+    check = "check_incremental"
+    changes = source.incremental()
+    first = InProcessRuntime(source, 2)
+    before = first.run().batches
+    after = change()
+    second = InProcessRuntime(_since(after, first.enumerator.instant()), 2)
+    changed = second.run().batches
+    third = InProcessRuntime(_since(after, second.enumerator.instant()), 2)
+    again = third.run().batches
+    if not expected.num_rows:
+        raise _trivial(check, "the change changed no row")
+    schema = source.schema()
+    _assert_same(rows_of(changed, schema), rows_of(expected), f"{check}: the run after the change")
+    _assert_same(rows_of(again, schema), Counter(), f"{check}: a run with nothing changed")
+    if changes is Changes.APPENDS:
+        whole = InProcessRuntime(_since(after, None), 2).run().batches
+        _assert_same(rows_of(before + changed, schema), rows_of(whole, schema),
+                     f"{check}: the two runs together, against the source read whole")
+    _since(after, None)
+
+
+def _since(source: AnySource, instant: Mapping[str, Any] | None) -> AnySource:
+    """``source`` as the framework hands it to a run since ``instant`` (kept as JSON)."""
+    if instant is not None and not instant:
+        raise AssertionError("check_incremental: the enumerator's instant() is empty, so a next run would read "
+                             "everything")
+    source.since = None if instant is None else json.loads(json.dumps(instant))
+    return source
 
 
 def check_all(source: AnySource, expected: pa.Table | None = None) -> None:

