@@ -30,7 +30,9 @@ __all__ = ["PostgresEnumerator"]
 BLOCK = 8192
 SAMPLE_BLOCKS = 2000  # at least this many blocks sampled per relation (or all of a smaller one)
 SAMPLE_PER_SPLIT = 64  # and at least this many per split
-XID_WINDOW = 1 << 32  # rows carry 32-bit transaction ids: an incremental run tells apart this many since the last
+# rows carry 32-bit transaction ids, compared by age(): an incremental run tells apart 2^31 since the last, less a
+# margin for the transactions that begin while it runs
+XID_WINDOW = (1 << 31) - (1 << 27)
 
 
 class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):

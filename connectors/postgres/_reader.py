@@ -340,13 +340,12 @@ def changed_since(relation: str, xmin: int) -> str:
     those made by a transaction not older than ``xmin``. Every transaction older than a snapshot's xmin had ended
     when it was taken, so a row version it made was either seen (committed) or never visible (aborted); the rest
     may have committed after, late, below any high-water mark. A row's ``xmin`` is its 32-bit transaction id, kept
-    when the row is frozen (PostgreSQL 9.4 on): it is compared modulo 2^32 against the window from ``xmin`` to the
-    reading snapshot's xmax (the enumerator refuses a window of 2^32 or more). Subtransactions (savepoints) take
-    ids above their parent's, so they fall in the window with it. An ancient frozen row whose id wrapped into the
-    window is read again: an upsert of what the output holds."""
-    row = f"{relation}.xmin::text::int8"
-    window = f"(pg_snapshot_xmax(pg_current_snapshot())::text::int8 - {xmin})"
-    return f"(({row} - {xmin % (1 << 32)} + 4294967296) % 4294967296) < {window}"
+    when the row is frozen (PostgreSQL 9.4 on), so it is compared by ``age()``: the transactions since it, modulo
+    2^32 (``age`` of the reading transaction's next id, which every row it sees is older than). The enumerator
+    refuses a run more than about 2^31 transactions after the last. Subtransactions (savepoints) take ids above
+    their parent's, so they fall in the window with it. An ancient frozen row whose id wrapped into the window is
+    read again: an upsert of what the output holds."""
+    return f"age({relation}.xmin) BETWEEN 0 AND age('{xmin % (1 << 32)}'::xid)"
 
 
 def key_condition(table: Table, split: PostgresSplit) -> list[str]:

@@ -211,11 +211,9 @@ class Copy:
         self.marked = self.changes is not None and self.sink.table_format == "none"  # rows get run and change
         self.since: dict[str, Any] = {}  # an incremental run's: the instant of the run before
         self.resumed: bool | None = None  # whether this call resumes its run (None: whether it resumed the copy)
-        if self.changes is Changes.UPSERTS and self.sink.table_format != "none":
-            raise OptionsError(f"--incremental into a {self.sink.table_format} table needs its rows applied by key, "
-                               f"which is not built yet for connector {self.framework.connector!r}, whose changes "
-                               "are upserts: copy to plain files (their rows carry the run and the change, "
-                               "docs/incremental.md)")
+        if self.changes is Changes.UPSERTS and self.sink.table_format != "none" and self.sink.bucketer != "none":
+            raise OptionsError(f"--incremental into a {self.sink.table_format} table applies each run's rows by key, "
+                               "into a table without partitions: leave out the bucketer")
         self.committer = self.sink.committer(self.output)
         self.records = Location(self.sink.metadata or sibling_uri(self.output.uri, RECORDS_SUFFIX),
                                 self.committer.fs, self.committer.meta)
@@ -289,7 +287,7 @@ class Copy:
             start_over(output, checkpoint, committer)
         claimed = claim(output, checkpoint, identity, committer)
         try:
-            _describe_output(self.sink, committer, self.marked)
+            _describe_output(self.sink, committer, self.changes)
             run = self.next_run(claimed)
             rows_before = self.committed_rows(claimed.token, run.run)
             result = run.finished or self.run_engine(run.copy_run)
@@ -311,6 +309,8 @@ class Copy:
             number, self.since = marker.run + 1, dict(marker.instant)
             read = self.read.since(self.since)
             source = read.source()
+            if self.changes is Changes.UPSERTS:  # a table's commits of this run replace their keys' rows
+                committer.upsert_keys = tuple(source.key_columns())
             started = committer.last_stream_batch(run_query_id(self.engine.name, claimed.token, number)) is not None
             self.resumed = started  # a run that committed a batch before this call is resumed
         elif marker is not None and marker.seq == _latest_stream_seq(committer):
@@ -399,13 +399,14 @@ def finished_marker(checkpoint: Location, token: str) -> Finished | None:
     return marker if marker.token == token else None
 
 
-def _describe_output(sink: BucketingSinkOptions, records: BucketingGlobalCommitter, marked: bool) -> None:
+def _describe_output(sink: BucketingSinkOptions, records: BucketingGlobalCommitter, changes: Changes | None) -> None:
     """Write copy.json into the output's records: how the files are laid out, for ``splitsource verify``;
-    ``marked``: an incremental copy's files, whose rows carry their run and change."""
+    ``changes``: an incremental copy's (its files' rows carry their run and change; a table's rows are applied by
+    key)."""
     records.fs.make_dirs(records.meta)
     description = {"format": sink.format, "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns,
                    "csv_header": sink.csv_header, "part_prefix": sink.part_prefix,
-                   "part_suffix": sink.names.suffix, "incremental": marked}
+                   "part_suffix": sink.names.suffix, "changes": changes.value if changes else ""}
     if sink.table_format != "none":
         description.update(table_format=sink.table_format, iceberg_catalog=redact(sink.iceberg_catalog))
     records.fs.write(join(records.meta, SINK_DESCRIPTION), json.dumps(description, indent=2).encode())

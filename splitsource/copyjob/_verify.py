@@ -54,7 +54,7 @@ from splitsource.copyjob._protocol import copy_writer_id
 from splitsource.runtime._source_reader import ReaderMetrics, SourceReader
 from splitsource.sink._committer import BucketingGlobalCommitter, metadata_location
 from splitsource.sink._files import PartNames, join, writer_of
-from splitsource.sink._tables import table_format
+from splitsource.sink._tables import only_ours, table_format
 from splitsource.sink._text import json_fragments, plain_storage
 
 __all__ = ["Digest", "RowDifference", "SplitCheck", "SplitDifference", "VerifyResult", "check_splits", "verify"]
@@ -363,6 +363,8 @@ def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | No
     # a table's output is the files of its current version (what its readers read), not the directory's
     table_files = records.table.data_files(records) if records.table is not None else None
     foreign = foreign_files(output, layout, str(owner["token"]) if owner else None, records.meta, table_files)
+    if foreign and layout.get("changes") == "upserts" and records.table is not None and only_ours(records):
+        foreign = ()  # an incremental copy's merges rewrote files under their own names, in commits it tagged
     workers = workers or os.cpu_count() or 1
     probe = source.reference_rows()
     independent = probe is not None
@@ -379,7 +381,7 @@ def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | No
     schema = source.schema()
     keys = tuple(k for k in source.key_columns() if k in schema.names)
     plan = Plan(schema, tuple(_bucket_columns(layout)), frozenset(source.volatile_columns()), keys,
-                changes=bool(layout.get("incremental")))
+                changes=bool(layout.get("changes")) and records.table is None)
     work = _Work(spec, parts, files, plan)
     source_digests, output_digests = _run(work, plan, workers)
     result = VerifyResult(_total(source_digests), _total(output_digests), independent, foreign=foreign)

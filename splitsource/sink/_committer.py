@@ -243,6 +243,7 @@ class BucketingGlobalCommitter:
     success_file: bool = False  # also an empty <base>/_SUCCESS when a bounded write completes (Hadoop's marker)
     table: TableFormat | None = None  # publish each commit into this table format (splitsource.sink._tables)
     table_catalog: str = ""  # Iceberg: the catalog's URI (empty: SQLite in the records' place)
+    upsert_keys: tuple[str, ...] = ()  # a table's commits replace the rows of these keys (an incremental run's)
     fence: Callable[[], None] = _unfenced  # called right before each commit record is written: raises to stop a
     # writer that may no longer commit (a copy whose lease another copy took over)
     _committer: FileCommitter = field(init=False)

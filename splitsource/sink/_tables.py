@@ -74,6 +74,7 @@ class CommitterView(Protocol):
     names: PartNames
     table: TableFormat | None
     table_catalog: str
+    upsert_keys: tuple[str, ...]
 
 __all__ = ["TABLE_FORMATS", "TABLE_RECORD", "TableCommit", "TableFormat", "publish", "table_format"]
 
@@ -341,6 +342,12 @@ class DeltaFormat(TableFormat):
                                           commit_properties=properties)
             return
         table_schema = table.schema().to_arrow()
+        if committer.upsert_keys and schema is not None:  # an incremental run's: its rows replace their keys'
+            _check_schema(self.name, committer.base, pa.schema(table_schema), schema)
+            on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in committer.upsert_keys)
+            table.merge(_rows(committer, record), on, source_alias="s", target_alias="t",
+                        commit_properties=properties).when_matched_update_all().when_not_matched_insert_all().execute()
+            return
         if schema is not None:
             _check_schema(self.name, committer.base, pa.schema(table_schema), schema)
             if partitions != list(table.metadata().partition_columns):
@@ -464,6 +471,9 @@ class IcebergFormat(TableFormat):
                 from pyiceberg.expressions import AlwaysTrue
 
                 tx.delete(AlwaysTrue())
+            elif committer.upsert_keys and paths:  # the rows' older versions go in the commit that adds the new
+                tx.delete(_key_filter(committer.upsert_keys, _rows(committer, record, committer.upsert_keys)),
+                          snapshot_properties=_tags(record, log_id))
             if paths:
                 tx.add_files(paths, snapshot_properties=_tags(record, log_id), check_duplicate_files=False)
             tx.set_properties({self._key(log_id): str(record.seq)})
@@ -501,6 +511,31 @@ class IcebergFormat(TableFormat):
             out.append(TableCommit(snapshot.snapshot_id, int(seq) if seq is not None else None,
                                    summary.get(f"{TAG}.log"), int(summary.get(f"{TAG}.rows", 0))))
         return out
+
+
+def _rows(committer: CommitterView, record: CommitView, columns: Sequence[str] | None = None) -> pa.Table:
+    """The rows of the record's files (``columns`` of them): an upsert's, to apply by key."""
+    tables = []
+    for f in record.files:
+        with committer.fs.open_input(f.finished_path(committer.base, committer.names)) as stream:
+            tables.append(pq.read_table(stream, columns=list(columns) if columns else None).replace_schema_metadata())
+    return pa.concat_tables(tables)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _key_filter(keys: Sequence[str], rows: pa.Table) -> Any:
+    """Iceberg's filter of the rows whose key is one of ``rows``'."""
+    import pyiceberg.expressions
+
+    e: Any = pyiceberg.expressions  # its classes are pydantic models, whose signatures mypy misreads
+    if len(keys) == 1:
+        return e.In(keys[0], set(rows.column(keys[0]).to_pylist()))
+    matches = [e.And(*(e.EqualTo(k, v) for k, v in zip(keys, values, strict=True)))
+               for values in zip(*(rows.column(k).to_pylist() for k in keys), strict=True)]
+    return matches[0] if len(matches) == 1 else e.Or(*matches)
 
 
 def _inner_types(t: pa.DataType) -> list[pa.DataType]:
@@ -591,6 +626,13 @@ def log_id(committer: CommitterView, fmt: TableFormat) -> str:
         raise SinkError(f"{committer.base} is a {found.get('format') if found else '?'} table's "
                         f"output; this write asks for table_format {fmt.name!r}: write to another path")
     return str(found["log"])
+
+
+def only_ours(committer: CommitterView) -> bool:
+    """Whether every commit in the output's table carries this output's tag: no other writer changed the table."""
+    assert committer.table is not None
+    found = committer.fs.read_record(join(committer.meta, TABLE_RECORD), lambda: SinkError("unreadable"))
+    return found is not None and all(c.log_id == found.get("log") for c in committer.table.history(committer))
 
 
 def publish(committer: CommitterView, record: CommitView) -> bool:

@@ -194,10 +194,12 @@ class ParquetFormat(FileFormat):
         return _ParquetWriter(stream, schema, compression)
 
     def batches(self, fs: Store, path: str, fields: list[pa.Field], header: bool) -> Iterator[dict[str, pa.Array]]:
+        """The file's columns as they are, but for strings and bytes kept as views or large (what delta-rs's merge
+        writes), read as the plain types the sink writes: the same values."""
         names = [f.name for f in fields]
         with fs.open_input(path) as f:
             for batch in pq.ParquetFile(f).iter_batches(65_536, columns=names):
-                yield {n: batch.column(n) for n in names}
+                yield {n: _unviewed(batch.column(n)) for n in names}
 
     def rows(self, fs: Store, path: str, fields: list[pa.Field], header: bool) -> Iterator[list[Any]]:
         names = [f.name for f in fields]
@@ -205,3 +207,12 @@ class ParquetFormat(FileFormat):
             for batch in pq.ParquetFile(f).iter_batches(65_536, columns=names):
                 columns = [batch.column(n).cast(plain_storage(batch.column(n).type)).to_pylist() for n in names]
                 yield from (list(row) for row in zip(*columns, strict=True))
+
+
+_VIEWED = {pa.string_view(): pa.string(), pa.large_string(): pa.string(), pa.binary_view(): pa.binary(),
+           pa.large_binary(): pa.binary()}
+
+
+def _unviewed(array: pa.Array) -> pa.Array:
+    plain = _VIEWED.get(array.type)
+    return array if plain is None else array.cast(plain)

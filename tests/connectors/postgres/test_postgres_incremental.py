@@ -17,8 +17,9 @@ from typing import Any
 import duckdb
 import pytest
 
+from splitsource.sink import parse_sink_options
 from tests.connectors.postgres.conftest import cli_options, make_events
-from tests.fixtures import PostgresServer
+from tests.fixtures import PostgresServer, polars_table
 from tests.splitsource.copyjob.test_copy import CLI, kill_and_rerun
 
 pytestmark = pytest.mark.slow
@@ -220,17 +221,100 @@ def test_a_column_added_since_the_last_run_is_refused_by_name(postgres15: Postgr
     assert "the source's columns changed since this copy started (region added)" in again.stderr, again.stderr
 
 
-def test_a_table_without_a_key_and_a_table_output_are_refused_in_one_line(postgres15: PostgresServer,
+@pytest.mark.usefixtures("pyiceberg_planner")
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_each_run_is_applied_to_a_table_by_key(postgres15: PostgresServer, table_name: str, tmp_path: Path,
+                                               fmt: str) -> None:
+    """Into Delta (delta-rs's merge) and Iceberg (pyiceberg: the old versions deleted in the commit that adds the
+    new): after each run the table, read by delta-rs or pyiceberg through Polars, and by DuckDB for Delta, is the
+    table PostgreSQL holds; a late commit included, and a run with nothing new makes no table commit."""
+    server = postgres15
+    make_events(server, table_name, 4000)
+    out = tmp_path / "table"
+    with server.connect() as late:
+        late.execute("BEGIN")
+        late.execute(f"UPDATE {table_name} SET name = 'late' WHERE id IN (7, 3001)")
+        _copy(server, table_name, out, "--table-format", fmt)
+        late.execute("COMMIT")
+    with server.connect() as conn:
+        conn.execute(f"UPDATE {table_name} SET score = -score WHERE id % 50 = 0")
+        conn.execute(f"INSERT INTO {table_name} (id, name, score) VALUES (4001, 'new', 1), (0, 'low', 2)")
+    second = _copy(server, table_name, out, "--table-format", fmt)
+    assert "84 rows added or changed (upserts by key) since run 1" in second.stdout, second.stdout
+
+    def table_rows() -> list[tuple[Any, ...]]:
+        frame = polars_table(out, fmt).sort("id")
+        return list(zip(*(frame[c].to_list() for c in ("id", "name", "score")), strict=True))
+
+    assert table_rows() == _truth(server, table_name)
+    committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()
+    assert committer.table is not None
+    versions = len(committer.table.history(committer))
+    nothing = _copy(server, table_name, out, "--table-format", fmt)
+    assert "nothing committed" in nothing.stdout
+    assert len(committer.table.history(committer)) == versions
+    assert table_rows() == _truth(server, table_name)
+    _verify(server, table_name, out)
+
+
+def test_a_table_without_a_key_and_a_partitioned_table_output_are_refused_in_one_line(postgres15: PostgresServer,
                                                                           table_name: str, tmp_path: Path) -> None:
     with postgres15.connect() as conn:
         conn.execute(f"DROP TABLE IF EXISTS {table_name}")
         conn.execute(f"CREATE TABLE {table_name} (id int8, name text)")
     for extra, words in ((["--output", str(tmp_path / "a")], "--incremental needs a key to apply a changed row by"),
-                         (["--output", str(tmp_path / "b"), "--table-format", "delta"], None)):
+                         (["--output", str(tmp_path / "b"), "--table-format", "delta", "--bucketer", "columns",
+                           "--sink-option", "bucket_columns=name"], None)):
         if words is None:
             make_events(postgres15, table_name, 10)
-            words = "--incremental into a delta table needs its rows applied by key, which is not built yet"
+            words = "--incremental into a delta table applies each run's rows by key, into a table without partitions"
         done = subprocess.run([*CLI, "copy", *cli_options(postgres15, table_name), *extra, "--incremental",
                                "--engine", "local"], capture_output=True, text=True, timeout=300,
                               env=postgres15.run_env())
         assert done.returncode == 2 and words in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+class _DiedAfterTheTableCommit(BaseException):
+    """What a kill right after the table's commit, before the sink marks its commit done, leaves."""
+
+
+@pytest.mark.usefixtures("pyiceberg_planner")
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_run_that_died_after_its_table_commit_is_not_applied_twice(postgres15: PostgresServer, table_name: str,
+                                                                     tmp_path: Path, fmt: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from splitsource import copy
+    from splitsource.sink import _committer
+
+    server = postgres15
+    make_events(server, table_name, 2000)
+    out = tmp_path / "table"
+    monkeypatch.setenv("PGPASSWORD", server.env["PGPASSWORD"])
+    source = {"dsn": server.dsn, "table": table_name}
+    copy("postgres", source, str(out), engine="local", workers=1, incremental=True, progress=None,
+         sink_options={"table_format": fmt})
+    with server.connect() as conn:
+        conn.execute(f"UPDATE {table_name} SET score = score + 1000 WHERE id <= 10")
+    published = _committer.publish
+    commits: list[int] = []
+
+    def publish_then_die(committer: Any, record: Any) -> bool:
+        made = published(committer, record)
+        commits.append(record.seq)
+        if made:
+            raise _DiedAfterTheTableCommit()
+        return made
+
+    monkeypatch.setattr(_committer, "publish", publish_then_die)
+    with pytest.raises(_DiedAfterTheTableCommit):
+        copy("postgres", source, str(out), engine="local", workers=1, incremental=True, progress=None,
+             sink_options={"table_format": fmt})
+    summary = copy("postgres", source, str(out), engine="local", workers=1, incremental=True, progress=None,
+                   sink_options={"table_format": fmt})
+    assert summary.run == 2 and summary.run_rows == 10 and commits[0] == commits[1], (summary, commits)
+    frame = polars_table(out, fmt).sort("id")
+    assert list(zip(*(frame[c].to_list() for c in ("id", "name", "score")), strict=True)) == _truth(server, table_name)
+    committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()
+    assert committer.table is not None
+    tagged = [c.seq for c in committer.table.history(committer) if c.seq == commits[0]]
+    assert len(tagged) == (1 if fmt == "delta" else 2), tagged  # Iceberg's: the delete's snapshot and the append's

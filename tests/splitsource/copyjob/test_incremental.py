@@ -97,3 +97,24 @@ def test_incremental_refusals_are_one_line(tmp_path: Path) -> None:
     assert shrunk.returncode == 0
     again = run(copy_args(400, tmp_path / "g"))
     assert again.returncode == 2 and "a generator's rows only grow" in again.stderr, again.stderr
+
+
+@pytest.mark.usefixtures("pyiceberg_planner")
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_an_append_only_source_adds_each_runs_rows_to_a_table(tmp_path: Path, fmt: str) -> None:
+    """A table output's rows carry no run or change columns: an append-only source's runs add their rows, and a run
+    with nothing new makes no table commit."""
+    from splitsource.sink import parse_sink_options
+    from tests.fixtures import polars_table
+
+    out = tmp_path / "table"
+    for rows in (1500, 2600, 2600):
+        done = run([*copy_args(rows, out), "--table-format", fmt])
+        assert done.returncode == 0, done.stderr
+        if rows == 2600 and "nothing committed" not in done.stdout:
+            committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()
+            assert committer.table is not None
+            versions = len(committer.table.history(committer))
+    frame = polars_table(out, fmt)
+    assert frame.columns == ["id", "name"] and sorted(frame["id"].to_list()) == list(range(2600))
+    assert len(committer.table.history(committer)) == versions
