@@ -5,7 +5,8 @@ own Python (``bench/tools.py pg_peers``), one process per read, by bench/bench_p
 
 METHOD is ``connectorx`` (2 partitions on the key), ``adbc`` (one connection, ``COPY BINARY`` into Arrow),
 ``duckdb`` (the postgres extension, 2 threads) or ``dlt`` (``sql_database`` with the pyarrow backend, into a
-filesystem destination as Parquet). Prints the rows it wrote.
+filesystem destination as Parquet). Prints the rows it wrote. ``dlt_incremental`` (bench/bench_incremental.py) is
+dlt's incremental load with a cursor column and a merge, run again for each later load.
 """
 
 from __future__ import annotations
@@ -64,6 +65,26 @@ def dlt(conninfo: str, table: str, out: Path) -> int:
     return sum(pq.ParquetFile(p).metadata.num_rows for p in out.rglob("*.parquet"))
 
 
+def dlt_incremental(conninfo: str, table: str, out: Path) -> int:
+    """dlt's incremental load as its docs give it: ``sql_table`` with ``incremental("updated_at")`` and the merge
+    write disposition on the primary key, into DuckDB (a destination that merges); ``out`` is the DuckDB file, and
+    the pipeline's state (the cursor's last value) is kept beside it between runs. Prints the rows loaded."""
+    import dlt as dlt_
+    from dlt.sources.sql_database import sql_table
+
+    schema, _, name = table.rpartition(".")
+    resource = sql_table(credentials=_uri(conninfo).replace("postgresql://", "postgresql+psycopg://"),
+                         schema=schema or "public", table=name, backend="pyarrow",
+                         incremental=dlt_.sources.incremental("updated_at"))
+    resource.apply_hints(write_disposition="merge", primary_key="id")
+    pipeline = dlt_.pipeline(pipeline_name="bench_incremental", destination=dlt_.destinations.duckdb(str(out)),
+                             dataset_name="bench", pipelines_dir=str(out.with_suffix(".dlt")))
+    info = pipeline.run(resource)
+    loaded = pipeline.last_trace.last_normalize_info.row_counts.get(name, 0) if pipeline.last_trace else 0
+    del info
+    return int(loaded)
+
+
 def _uri(conninfo: str) -> str:
     """A key=value conninfo as the postgresql:// URI ConnectorX and SQLAlchemy take."""
     pairs = dict(item.split("=", 1) for item in conninfo.split())
@@ -71,7 +92,7 @@ def _uri(conninfo: str) -> str:
     return f"postgresql://{pairs['user']}{password}@{pairs['host']}:{pairs['port']}/{pairs['dbname']}"
 
 
-METHODS = {"connectorx": connectorx, "adbc": adbc, "duckdb": duckdb, "dlt": dlt}
+METHODS = {"connectorx": connectorx, "adbc": adbc, "duckdb": duckdb, "dlt": dlt, "dlt_incremental": dlt_incremental}
 
 if __name__ == "__main__":
     method, conninfo, table, out = sys.argv[1:5]
