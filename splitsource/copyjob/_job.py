@@ -250,16 +250,16 @@ class Copy:
             "version": 1, "connector": self.framework.connector, "identity": source.identity(),
             "source": source_fingerprint(source), "output": self.output.shown, "format": sink.format,
             "bucketer": sink.bucketer, "bucket_columns": sink.bucket_columns}
-        if sink.table_format != "none" or self.changes:
-            if sink.table_format != "none":
-                identity["table_format"] = sink.table_format  # a resumed copy does not change the kind of output
-            identity["schema"] = [f"{f.name}: {f.type}" for f in self.schema]  # ...nor its table's schema
-        if self.changes:
-            identity["incremental"] = True  # nor a copy's runs become incremental, or stop being
+        if sink.table_format != "none":
+            identity["table_format"] = sink.table_format  # a resumed copy does not change the kind of output
             if self.settings.overwrite:
                 raise OptionsError(f"--overwrite does not start a {sink.table_format} table over: the table keeps "
                                    "its history, which a copy may not delete; remove the table (its directory and "
                                    "<output>.bucketing) yourself, or copy to a new path")
+        if sink.table_format != "none" or self.changes:
+            identity["schema"] = [f"{f.name}: {f.type}" for f in self.schema]  # ...nor its table's or runs' schema
+        if self.changes:
+            identity["incremental"] = True  # nor a copy's runs become incremental, or stop being
         origin = dict(source.origin())
         if origin:
             identity["origin"] = origin
