@@ -272,7 +272,11 @@ def start_postgres(version: str, tls: Path | None = None) -> PostgresServer:
     except (SystemExit, subprocess.CalledProcessError) as exc:
         stop(root)
         pytest.fail(f"the test PostgreSQL {version} did not start: {exc}", pytrace=False)
-    return PostgresServer(version, env, root)
+    server = PostgresServer(version, env, root)
+    with server.connect() as conn:  # the opposite of what the connector pins: a value's text must not follow it
+        conn.execute("ALTER SYSTEM SET bytea_output = 'escape'")
+        conn.execute("SELECT pg_reload_conf()")
+    return server
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,9 @@ Each column is read one of two ways (the type table is in docs/postgres.md):
   intervals, network, geometric and bit types, enums, ...): ``column::text``, the value exactly as PostgreSQL
   prints it.
 
-Sessions set ``DateStyle`` ISO and ``TimeZone`` UTC (see :func:`session_options`), so text is the same whatever the
-server's defaults, and key values round-trip as text between the planner's session and the readers'.
+Sessions set ``DateStyle`` ISO, ``TimeZone`` UTC, ``IntervalStyle``, ``extra_float_digits`` and ``bytea_output``
+(see :func:`session_options`), so text is the same whatever the server's defaults, and key values round-trip as
+text between the planner's session and the readers'.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class PostgresLoginError(PostgresConnectionError, OptionsError):
 
 def session_options() -> str:
     """libpq's ``options`` for every session of the connector: text output independent of the server's defaults."""
-    return "-c DateStyle=ISO,YMD -c TimeZone=UTC -c IntervalStyle=postgres -c extra_float_digits=1"
+    return ("-c DateStyle=ISO,YMD -c TimeZone=UTC -c IntervalStyle=postgres -c extra_float_digits=1 "
+            "-c bytea_output=hex")
 
 
 def ident(name: str) -> str:
@@ -144,9 +146,10 @@ class Table:
 
     @property
     def shape(self) -> str:
-        """A digest of the columns' names, types and Arrow types: a column added, dropped or retyped changes it,
-        and so does a column read as another Arrow type (a copy made before numerics were decimals)."""
-        return hashlib.sha256(repr([(c.name, c.type_name, str(c.arrow)) for c in self.columns]).encode()
+        """A digest of the columns' names, types, Arrow types and how they are read: a column added, dropped or
+        retyped changes it, and so does a column read as another Arrow type or text (a copy made before numerics
+        were decimals, or inet lost its /32)."""
+        return hashlib.sha256(repr([(c.name, c.type_name, str(c.arrow), c.select) for c in self.columns]).encode()
                               ).hexdigest()[:16]
 
     @property
@@ -241,7 +244,10 @@ def _column(name: str, type_name: str, domain_of: str | None, base: str, nullabl
     uuid = base == "uuid" and not as_text
     native = pa.string() if uuid else _NATIVE.get(base)
     if native is None or as_text:
-        return Column(name, type_name, base, pa.string(), f"{ident(name)}::text", nullable)
+        # inet through its output function, as psql, JDBC and ADBC show it (a host without its /32), not text(inet)
+        # (format() makes NULL an empty string, which an inet's text never is)
+        text = f"nullif(format('%s', {ident(name)}), '')" if base == "inet" else f"{ident(name)}::text"
+        return Column(name, type_name, base, pa.string(), text, nullable)
     if domain_of is not None:  # a domain: read as its base type
         return Column(name, type_name, base, native, f"{ident(name)}::{domain_of}", nullable, uuid)
     return Column(name, type_name, base, native, ident(name), nullable, uuid)

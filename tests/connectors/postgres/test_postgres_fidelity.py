@@ -145,6 +145,7 @@ def test_every_type_lands_exactly_in_a_table(fidelity15: PostgresServer, tmp_pat
 
 # name, type, the value inserted, what the refusal says it holds, its text
 BEYOND = [("d", "date", "'infinity'", "infinity", "infinity"),
+          ("dn", "date", "'-infinity'", "infinity", "-infinity"),
           ("ts", "timestamp", "'294247-01-10 04:00:54.775808'", "infinity or a time after 294247-01-10 04:00:54.775807",
            "294247-01-10 04:00:54.775808"),
           ("tz", "timestamptz", "'-infinity'", "infinity or a time after 294247-01-10 04:00:54.775807+00",
