@@ -35,6 +35,7 @@ from serializers import read_envelope, write_envelope
 from splitsource._api import Changes, FixedEnumeratorContext, Source, Split
 from splitsource._planning import check_options_class
 from splitsource._state import enumerator_state_from_bytes, enumerator_state_to_bytes
+from splitsource._typed_options import Secret
 from splitsource.runtime._local import Checkpoint, InProcessRuntime
 from splitsource.testing._golden import check_golden
 
@@ -44,6 +45,7 @@ __all__ = [
     "check_add_back_snapshot",
     "check_all",
     "check_golden",
+    "check_identity",
     "check_incremental",
     "check_page_sizes",
     "check_parallel_read",
@@ -473,9 +475,25 @@ def _since(source: AnySource, instant: Mapping[str, Any] | None) -> AnySource:
     return source
 
 
+def check_identity(source: AnySource) -> None:
+    """``identity()``, by which a copy refuses another's checkpoint, is the same for a source built again from the
+    same options, can be kept as JSON, and shows no secret option's value."""
+    check = "check_identity"
+    first = json.dumps(source.identity(), sort_keys=True, default=str)
+    again = json.dumps(type(source)(source.options).identity(), sort_keys=True, default=str)
+    assert first == again, f"{check}: identity() differs for a source built again from the same options: {first} " \
+                           f"then {again}"
+    options = source.options
+    secrets = [getattr(options, f.name).reveal() for f in dataclasses.fields(options)
+               if isinstance(getattr(options, f.name), Secret) and getattr(options, f.name)]
+    shown = [s for s in secrets if s in first]
+    assert not shown, f"{check}: identity() shows a secret option's value: {first}"
+
+
 def check_all(source: AnySource, expected: pa.Table | None = None) -> None:
     """Every check above with default parameters, after the connector's options are checked for reserved names."""
     check_options_class(type(source))
+    check_identity(source)
     check_serializers(source)
     check_page_sizes(source)
     check_parallel_read(source, expected)

@@ -21,7 +21,7 @@ from connectors.generator._source import (
     GeneratorSplitState,
 )
 from serializers import MsgpackRecordSerializer
-from splitsource import KeyRange, KeyRangeSource, option, testing
+from splitsource import KeyRange, KeyRangeSource, Secret, option, testing
 from splitsource._api import RecordsBySplits
 
 OPTIONS = {"rows": "2000", "split_rows": "200", "batch_rows": "50", "fetch_delay_ms": "2", "columns": "id:bigint"}
@@ -375,3 +375,46 @@ def test_check_incremental_catches_a_run_that_reads_more_than_what_changed(mutan
     with pytest.raises(AssertionError) as caught:
         testing.check_incremental(mutant(OPTIONS), lambda: _grown(mutant(OPTIONS)), NEW)
     assert str(caught.value).startswith(f"check_incremental: {words}"), caught.value
+
+
+@dataclass(frozen=True)
+class _LoginOptions:
+    rows: int = option(10, doc="rows")
+    password: Secret = option(Secret(""), doc="a secret")
+
+
+class _ShowsItsPassword(KeyRangeSource[_LoginOptions]):
+    """identity() lists every option, the password's value included."""
+
+    name = "shows-its-password"
+    options_class = _LoginOptions
+
+    def schema(self) -> pa.Schema:
+        return pa.schema([("n", pa.int64())])
+
+    def boundaries(self) -> Any:
+        return iter(())
+
+    def read(self, connection: Any, split: KeyRange, limit: int) -> Any:
+        return pa.record_batch([pa.array([], pa.int64())], names=["n"]), None, True
+
+    def identity(self) -> Any:
+        return {"rows": self.options.rows, "password": self.options.password.reveal()}
+
+
+class _ChangingIdentity(_ShowsItsPassword):
+    """identity() holds the moment the source was built."""
+
+    def identity(self) -> Any:
+        import time
+
+        return {"rows": self.options.rows, "built": time.perf_counter_ns()}
+
+
+def test_check_identity_passes_every_connector_and_catches_a_secret_or_a_moving_identity() -> None:
+    testing.check_identity(GeneratorSource(OPTIONS))
+    testing.check_identity(_ShowsItsPassword({"rows": "3"}))  # no password given: nothing to show
+    with pytest.raises(AssertionError, match=r"^check_identity: identity\(\) shows a secret option's value"):
+        testing.check_identity(_ShowsItsPassword({"rows": "3", "password": "hunter2"}))
+    with pytest.raises(AssertionError, match=r"^check_identity: identity\(\) differs for a source built again"):
+        testing.check_identity(_ChangingIdentity({"rows": "3"}))
