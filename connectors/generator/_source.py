@@ -6,6 +6,8 @@ Options (all optional):
 option             default                     meaning
 =================  ==========================  ==============================================================
 rows               1000                        number of rows
+appended           0                           rows added after them: the same source grown (not part of a
+                                               copy's identity; an incremental copy's next run reads them)
 seed               0                           changes every generated value
 columns            id:bigint,value:double,     comma-separated ``name:type``; types bigint, int, double,
                    name:string                 string, boolean, timestamp, binary; a trailing ``?`` makes
@@ -101,6 +103,8 @@ def parse_columns(spec: str) -> tuple[Column, ...]:
 @dataclass(frozen=True)
 class GeneratorOptions:
     rows: int = option(1000, doc="number of rows", minimum=0)
+    appended: int = option(0, doc="rows added after them: the same source, grown (not part of a copy's identity: "
+                                  "an incremental copy's next run reads them)", minimum=0)
     seed: int = option(0, doc="changes every generated value")
     columns: tuple[Column, ...] = option(
         parse_columns("id:bigint,value:double,name:string"), doc="name:type[?],... (? marks a nullable column)",
@@ -114,6 +118,11 @@ class GeneratorOptions:
     fail_at_row: int = option(-1, doc="inject a failure at this row (-1: never)")
     fail_times: int = option(1, doc="how often the injected failure fires", minimum=0)
     fail_kind: str = option("transient", doc="transient or fatal", choices=("transient", "fatal"))
+
+    @property
+    def total(self) -> int:
+        """Every row the source holds: ``rows`` and the ``appended`` ones."""
+        return self.rows + self.appended
 
     @property
     def row_bytes(self) -> int:
@@ -252,14 +261,14 @@ class GeneratorEnumerator(SplitEnumerator[GeneratorSplit, GeneratorPosition]):
         self._first = first
 
     def instant(self) -> dict[str, int]:
-        return {"rows": self._options.rows}
+        return {"rows": self._options.total}
 
     def generate_split(self) -> GeneratorSplit | None:
         per = self._options.rows_per_split
         start = self._first + self._next * per
-        if start >= self._options.rows:
+        if start >= self._options.total:
             return None
-        split = GeneratorSplit(self._next, start, min(start + per, self._options.rows), self._options.row_bytes)
+        split = GeneratorSplit(self._next, start, min(start + per, self._options.total), self._options.row_bytes)
         self._next += 1
         return split
 
@@ -267,7 +276,7 @@ class GeneratorEnumerator(SplitEnumerator[GeneratorSplit, GeneratorPosition]):
         return GeneratorPosition(self._next)
 
     def estimated_total_splits(self) -> int:
-        return -(-(self._options.rows - self._first) // self._options.rows_per_split)
+        return -(-(self._options.total - self._first) // self._options.rows_per_split)
 
 
 _Raw = tuple[int, pa.RecordBatch]  # (row after the batch, batch)
@@ -365,7 +374,7 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
         return GeneratorEnumerator(self.options, context, state.position, state.pending, self._first_row())
 
     def incremental(self) -> Changes:
-        """Rows are only ever added (option ``rows`` grows): an incremental run reads the rows after the last
+        """Rows are only ever added (option ``appended`` grows): an incremental run reads the rows after the last
         run's."""
         return Changes.APPENDS
 
@@ -376,9 +385,9 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
         first = self.since.get("rows")
         if not isinstance(first, int) or first < 0:
             raise OptionsError(f"option 'since': {self.since} is not a generator's instant (rows=N)")
-        if first > self.options.rows:
-            raise OptionsError(f"option 'rows': {self.options.rows}, fewer than the {first} the run before read: a "
-                               "generator's rows only grow")
+        if first > self.options.total:
+            raise OptionsError(f"option 'appended': {self.options.total} rows in all, fewer than the {first} the run "
+                               "before read: a generator's rows only grow")
         return first
 
     def create_split_reader(self) -> GeneratorSplitReader:
@@ -398,8 +407,8 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
 
     def identity(self) -> dict[str, Any]:
         o = self.options
-        return {  # not its rows: a generator that grew is the same source, further on (an incremental copy's)
-            "connector": self.name, "seed": o.seed,
+        return {  # not the rows appended: a generator that grew is the same source, further on
+            "connector": self.name, "rows": o.rows, "seed": o.seed,
             "columns": ",".join(f"{c.name}:{c.type_name}{'?' if c.nullable else ''}" for c in o.columns),
             "null_fraction": o.null_fraction,
             # the split layout: a checkpoint's split indices mean other rows under another size
@@ -424,7 +433,7 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
             yield tuple(values)
 
     def _reference_range(self, part: int, parts: int) -> tuple[int, int]:
-        rows = self.options.rows
+        rows = self.options.total
         return rows * part // parts, rows * (part + 1) // parts
 
     def reference_label(self, part: int, parts: int) -> str:

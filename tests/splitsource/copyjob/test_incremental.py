@@ -18,7 +18,9 @@ RUN, CHANGE = "_splitsource_run", "_splitsource_change"
 
 
 def gen(rows: int, **extra: str) -> list[str]:
-    options = {"rows": rows, "split_rows": 500, "batch_rows": 250, "columns": "id:bigint,name:string?", **extra}
+    """The generator grown to ``rows``: 100 rows and the rest appended (which a copy's identity leaves out)."""
+    options = {"rows": 100, "appended": rows - 100, "split_rows": 500, "batch_rows": 250,
+               "columns": "id:bigint,name:string?", **extra}
     return ["--connector", "generator", *[a for k, v in options.items() for a in ("-o", f"{k}={v}")]]
 
 
@@ -97,6 +99,9 @@ def test_incremental_refusals_are_one_line(tmp_path: Path) -> None:
     assert shrunk.returncode == 0
     again = run(copy_args(400, tmp_path / "g"))
     assert again.returncode == 2 and "a generator's rows only grow" in again.stderr, again.stderr
+    other = run(["copy", *gen(500, seed="7"), "--output", str(tmp_path / "g"), "--incremental", "--quiet",
+                 "--engine", "local"])  # another seed: another source, however many rows it grew by
+    assert other.returncode == 1 and "belongs to another copy (it differs in: identity, source" in other.stderr
 
 
 @pytest.mark.usefixtures("pyiceberg_planner")

@@ -339,7 +339,7 @@ def test_a_boundary_out_of_order_is_refused_never_dropped() -> None:
 
 
 def _grown(source: GeneratorSource) -> GeneratorSource:
-    return type(source)({**OPTIONS, "rows": "2600"})
+    return type(source)({**OPTIONS, "appended": "600"})
 
 
 NEW = pa.table({"id": pa.array(range(2000, 2600), pa.int64())}, schema=TRUTH.schema)
@@ -361,7 +361,7 @@ class _InstantBehind(GeneratorSource):
 
     def create_enumerator(self, context: Any) -> GeneratorEnumerator:
         enumerator = super().create_enumerator(context)
-        enumerator.instant = lambda: {"rows": self.options.rows - 1}  # type: ignore[method-assign]
+        enumerator.instant = lambda: {"rows": self.options.total - 1}  # type: ignore[method-assign]
         return enumerator
 
 
