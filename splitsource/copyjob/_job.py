@@ -89,10 +89,11 @@ class CopySummary:
                          f"{f'; events: {events}' if events else ''}")
             lines += [f"  {detail}" for detail in self.event_details[:10]]
         if self.run:
-            kind = "rows added" if self.changes == "appends" else "rows added or changed (upserts by key)"
+            kind = "rows added" if self.changes == "appends" else \
+                "rows added or changed (upserts by key; deletes are not seen)"
             lines.insert(0, f"run {self.run} of an incremental copy, at {_instant(self.instant)}: " + (
                 "a full copy" if self.run == 1 else f"{self.run_rows:,} {kind} since run {self.run - 1} "
-                                                    f"({_instant(self.since)}), 0 deleted"))
+                                                    f"({_instant(self.since)})"))
         if self.unsized:
             lines.append(f"batches: {UNSIZED_SPLITS_PER_BATCH} splits each, since the connector's splits estimate "
                          "no size (Split.estimated_size_bytes is 0)")

@@ -83,7 +83,8 @@ def test_late_commits_in_savepoints_too_reach_the_next_run(postgres: PostgresSer
         late.execute("COMMIT")
         nested.execute("COMMIT")
     second = _copy(postgres, table_name, out)
-    assert "4 rows added or changed (upserts by key) since run 1" in second.stdout.splitlines()[0], second.stdout
+    headline = second.stdout.splitlines()[0]
+    assert "4 rows added or changed (upserts by key; deletes are not seen) since run 1" in headline, second.stdout
     assert _run_ids(out, 2) == [-1, 0, 5, 6]
     assert _newest(out) == _truth(postgres, table_name)
     _verify(postgres, table_name, out)
@@ -240,7 +241,8 @@ def test_each_run_is_applied_to_a_table_by_key(postgres15: PostgresServer, table
         conn.execute(f"UPDATE {table_name} SET score = -score WHERE id % 50 = 0")
         conn.execute(f"INSERT INTO {table_name} (id, name, score) VALUES (4001, 'new', 1), (0, 'low', 2)")
     second = _copy(server, table_name, out, "--table-format", fmt)
-    assert "84 rows added or changed (upserts by key) since run 1" in second.stdout, second.stdout
+    assert "84 rows added or changed (upserts by key; deletes are not seen) since run 1" in second.stdout, \
+        second.stdout
 
     def table_rows() -> list[tuple[Any, ...]]:
         frame = polars_table(out, fmt).sort("id")
