@@ -110,8 +110,12 @@ def main() -> int:
                                       seconds[tool].items()) + f"; late commit: {lost[tool]} of {LATE} rows lost")
     for goal, met in goals.items():
         print(f"{'met ' if met else 'MISS'} {goal}")
+    results = {f"{tool} {name}": {"seconds": s, "vs_its_full": ratios[tool][name]}
+               for tool, by in seconds.items() for name, s in by.items()}
+    results.update({f"{tool} late commit: rows lost of {LATE}": {"rows": lost[tool]} for tool in lost})
     record_run("incremental", {"rows": args.rows, "seconds": seconds, "ratio_to_full": ratios,
-                               "late_commit_rows_lost": lost, "late_commit_rows": LATE, "goals": goals})
+                               "late_commit_rows_lost": lost, "late_commit_rows": LATE, "goals": goals,
+                               "results": results})
     return 0
 
 
