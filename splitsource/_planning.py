@@ -6,6 +6,7 @@ and imports no pyspark: the Spark adapters (:mod:`splitsource.spark`) and the lo
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -138,9 +139,9 @@ class FrameworkOptions:
         """The readers an enumerator plans for."""
         return max(self.partitions, self.min_partitions, 1)
 
-    @property
+    @functools.cached_property
     def changes_since(self) -> dict[str, Any] | None:
-        """The instant of option ``since``, parsed (None: read everything)."""
+        """The instant of option ``since``, parsed once (None: read everything)."""
         if not self.since:
             return None
         try:
