@@ -57,6 +57,7 @@ __all__ = ["DEFAULT_LEASE_S", "Claim", "CopyLock", "check_one_writer", "check_pa
 
 DEFAULT_LEASE_S = 60.0
 MARKER_STALE_S = 10.0  # a takeover marker this old was left by a copy that died between marking and removing
+TORN_SETTLE_S = 2.0  # how long a young unreadable lock is read again: one being written now is whole within it
 
 
 def new_token() -> str:
@@ -467,7 +468,7 @@ class CopyLock:
                 if taking_over:
                     _notice(taking_over)
                 return
-            holder = self._read(fs, path)
+            holder = self._read_settled(fs, path)
             if holder is None:
                 continue  # released just now: try again
             if isinstance(holder, _Torn):
@@ -515,6 +516,17 @@ class CopyLock:
         except (ValueError, TypeError, UnicodeDecodeError):
             info = fs.info(path)  # half written: being written now, or by a process killed mid-write
             return _Torn(0.0 if info is None or info.mtime is None else info.mtime)
+
+    def _read_settled(self, fs: Store, path: str) -> Holder | _Torn | None:
+        """The lock at ``path``, read again while it is young and unreadable: a copy creating it now (an exclusive
+        create, then its bytes; or an object store that lists an object before its body) is whole a moment later."""
+        found = self._read(fs, path)
+        deadline = time.monotonic() + TORN_SETTLE_S
+        while (isinstance(found, _Torn) and time.time() - found.mtime < self._holder.lease_s
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+            found = self._read(fs, path)
+        return found
 
     def _break(self, fs: Store, path: str, stale: Holder | _Torn) -> None:
         """Remove the stale lock ``stale`` at ``path``, unless another copy is removing it: of the copies that read

@@ -10,6 +10,7 @@ torn lock's mtime) into the past, where a stopped or killed holder would have le
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -302,3 +303,38 @@ def test_a_zombie_stopped_between_its_fence_and_its_commit_record_loses_and_dupl
     assert _ids(out) == list(range(ROWS))  # every row once
     leftovers = [p.name for p in Path(out).rglob("*") if p.is_file() and not p.name.startswith("part-")]
     assert leftovers == [], f"files left in the output: {leftovers}"
+
+
+def test_a_lock_read_while_its_holder_writes_it_is_read_again_not_taken_for_torn(tmp_path: Path) -> None:
+    """A lock is created, then filled (an exclusive create, then its bytes; SeaweedFS lists an object before its
+    body): a copy that reads it in between finds no JSON. It reads it again, and is refused by the holder's lease, as
+    a copy that read it a moment later would be; not told the lock is unreadable (found by CI: two S3 copies racing
+    for an expired lease)."""
+    from dataclasses import replace
+
+    from splitsource._errors import LockedError
+    from splitsource._fs import Store, locate
+    from splitsource.copyjob._ownership import CopyLock, this_holder
+
+    place = locate(str(tmp_path / "out.bucketing"))
+    (tmp_path / "out.bucketing").mkdir()
+    lock = tmp_path / "out.bucketing" / "lock.json"
+    lock.write_bytes(b"")  # created by the holder, its bytes not written yet
+    holder = this_holder("the holder", LEASE_S)
+    reads: list[bytes] = []
+
+    class Filling(Store):
+        def read_bytes(self, path: str) -> bytes:
+            data = super().read_bytes(path)
+            if path.endswith("lock.json"):
+                reads.append(data)
+                if len(reads) == 1:  # the holder's write lands right after the first read
+                    lock.write_text(json.dumps(dataclasses.asdict(replace(holder, host="holder-pod"))))
+            return data
+
+    filling = Filling(pafs.LocalFileSystem())
+    with pytest.raises(LockedError, match="is in use by another copy: .*holder-pod"):
+        with CopyLock([("output out", replace(place, store=filling))], command="a second copy", lease_s=LEASE_S):
+            pass
+    assert reads[0] == b"" and len(reads) == 2, reads  # the torn read happened, and was read again
+    assert json.loads(lock.read_text())["host"] == "holder-pod"  # the holder's lock is left alone
