@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,8 @@ Raw = tuple[pa.RecordBatch, PostgresSplit]  # a page, and what is left of its sp
 BLOCK = 8192
 # the most bytes of Arrow the driver puts in one batch: above a page's, so a page comes in one batch, used as it is
 BATCH_BYTES = 1 << 30
+CANCEL_EVERY_S = 0.05  # a wake-up's cancel is sent again this often while the page's query runs
+CANCEL_FOR_S = 30.0  # and for at most this long (a server that never cancels: the page then ends by itself)
 
 
 class SnapshotGoneError(SplitReadError):
@@ -74,6 +77,10 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         self._connection: _Connection | None = None
         self._events: list[ReadEvent] = []
         self._woken = threading.Event()
+        # which query runs now (0: none), so that a wake-up cancels that one and never the next (wake_up)
+        self._guard = threading.Lock()
+        self._queries = 0
+        self._running = 0
 
     def add_splits(self, splits: Sequence[PostgresSplit]) -> None:
         self._queue.add(splits)
@@ -142,19 +149,18 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         if self._since is not None:
             conditions.append(changed_since(split.relation, self._since))
         connection = self._connection_for(split)
-        if self._woken.is_set():  # woken before the query: a cancel finds no query to cut, so stop here
-            raise _Woken()
         if split.by_blocks:
             end = split.first_block + max(1, int(options.page_mb * 1024 * 1024) // BLOCK)
             if split.end_block >= 0:
                 end = min(end, split.end_block)
             conditions += [f"ctid >= '({split.first_block},0)'::tid", f"ctid < '({end},0)'::tid"]
             where = " AND ".join(conditions)
-            page = connection.query(f"SELECT {', '.join(columns)} FROM {split.relation} WHERE {where}")
+            page = self._query(connection, f"SELECT {', '.join(columns)} FROM {split.relation} WHERE {where}")
             if split.end_block >= 0:
                 done = end >= split.end_block
             else:
-                blocks = connection.query(f"SELECT pg_relation_size({literal(split.relation)}::regclass) / {BLOCK}")
+                blocks = self._query(connection,
+                                     f"SELECT pg_relation_size({literal(split.relation)}::regclass) / {BLOCK}")
                 done = end >= blocks.column(0)[0].as_py()
             after = narrowed(split, done=done, next_block=end)
         else:
@@ -165,8 +171,8 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
             # qualified: a column read as text has an output column of its name, which would sort as text
             order = ", ".join(f"{split.relation}.{ident(c.name)}" for c in table.key)
             where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-            page = connection.query(f"SELECT {', '.join(columns + keys)} FROM {split.relation}{where} "
-                                    f"ORDER BY {order} LIMIT {limit}")
+            page = self._query(connection, f"SELECT {', '.join(columns + keys)} FROM {split.relation}{where} "
+                                           f"ORDER BY {order} LIMIT {limit}")
             if page.num_rows < limit:
                 after = narrowed(split, done=True)
             else:
@@ -175,13 +181,39 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         _refuse_beyond_arrow(table, arrays, page)
         return pa.RecordBatch.from_arrays(arrays, schema=table.schema), after
 
+    def _query(self, connection: _Connection, sql: str) -> pa.RecordBatch:
+        with self._guard:
+            if self._woken.is_set():  # woken before the query: stop here (wake_up found nothing to cancel)
+                raise _Woken()
+            self._queries += 1
+            self._running = self._queries
+        try:
+            return connection.query(sql)
+        finally:
+            with self._guard:
+                self._running = 0
+
     def wake_up(self) -> None:
         """Cut the running page's query short (libpq's cancel, through the driver): the fetch returns nothing, and
-        the next one asks for the page again in a new session, which imports the run's snapshot."""
-        self._woken.set()
-        connection = self._connection
-        if connection is not None:
-            connection.cancel()
+        the next one asks for the page again in a new session, which imports the run's snapshot.
+
+        The server ignores a cancel that reaches it before the query does (it is reading the query then), so the
+        cancel is sent again, a few times a second, until that query ends; never once the next one has begun."""
+        with self._guard:
+            self._woken.set()
+            running = self._running
+        if running:
+            threading.Thread(target=self._cancel_until_over, args=(running,), name="splitsource-postgres-wake-up",
+                             daemon=True).start()
+
+    def _cancel_until_over(self, query: int) -> None:
+        deadline = time.monotonic() + CANCEL_FOR_S
+        while time.monotonic() < deadline:
+            with self._guard:
+                if self._running != query or self._connection is None:
+                    return
+                self._connection.cancel()
+            time.sleep(CANCEL_EVERY_S)
 
     def close(self) -> None:
         if self._connection is not None:

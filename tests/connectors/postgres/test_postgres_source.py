@@ -329,3 +329,57 @@ def test_a_value_beyond_arrow_is_found_by_its_validity_and_offset() -> None:
     for held in (page([True, True, True]), page([True, True, True]).slice(1)):
         with pytest.raises(ValueRangeError, match=r"column at of public.t holds infinity .* \(row id=2\)"):
             _refuse_beyond_arrow(table, held.columns, held)
+
+
+def test_a_wake_up_that_reaches_the_server_before_the_query_still_cancels_it(
+        postgres15: PostgresServer, table_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race CI found: wake_up lands after the reader decided to send its page's query and before the server
+    has it, so the server, still reading the query, ignores the cancel. Here the reader is held at exactly that
+    point until a cancel has been sent and has come back; the query (3 s of pg_sleep per page) is then cut by a
+    cancel sent again, and the fetch returns no rows, where one cancel alone would have let the page through."""
+    import threading
+
+    from connectors.postgres import _reader
+
+    make_events(postgres15, table_name, 10)
+    source = PostgresSource(options(postgres15, table_name, page_rows="5", split_size_mb="1",
+                                    where="(SELECT pg_sleep(3)) IS NOT NULL"))
+    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
+    enumerator.start()
+    split = enumerator.next_split()
+    assert split is not None
+    reader = source.create_split_reader()
+    reader.add_splits([split])
+    sending, cancels = threading.Event(), []
+    query, cancel = _reader._Connection.query, _reader._Connection.cancel
+
+    def held_query(connection: _reader._Connection, sql: str) -> pa.RecordBatch:
+        if "pg_sleep" in sql:
+            sending.set()
+            while not cancels:  # the wake-up's first cancel, sent while no query runs on the server
+                threading.Event().wait(0.01)
+        return query(connection, sql)
+
+    def counted_cancel(connection: _reader._Connection) -> None:
+        cancels.append(1)
+        cancel(connection)
+
+    monkeypatch.setattr(_reader._Connection, "query", held_query)
+    monkeypatch.setattr(_reader._Connection, "cancel", counted_cancel)
+    fetched: list[object] = []
+    fetching = threading.Thread(target=lambda: fetched.append(reader.fetch()))
+    fetching.start()
+    assert sending.wait(60), "the reader never sent its page's query"
+    reader.wake_up()
+    fetching.join(60)
+    assert not fetching.is_alive()
+    got = fetched[0]
+    assert not got.batches and not got.finished, got  # cut short: nothing read, the split not finished
+    assert len(cancels) >= 2, cancels  # the first cancel found no query; a later one cut it
+    monkeypatch.undo()
+    rows: list[int] = []
+    while not got.finished:
+        got = reader.fetch()
+        rows += [i for _, (page, _) in got.batches for i in page.column("id").to_pylist()]
+    reader.close()
+    assert sorted(rows) == sorted(expected_events(10))  # the page read again: each row once
