@@ -1,18 +1,22 @@
 """What the PostgreSQL catalog says of a table: its columns as Arrow types, its key, its relations and sizes.
 
-Each column is read one of two ways (the type table is in docs/postgres.md):
+Each column is read one of four ways (the type table is in docs/postgres.md):
 
 - **natively**, where Arrow has the exact type (integers, floats, bool, text, bytea, date, timestamp[tz], time):
   the ADBC driver decodes the server's binary values into Arrow in C; and ``uuid``, whose 16 bytes the reader
   formats as the server's text (cheaper on both sides than the server's ``uuid::text``);
 - **as a decimal**: ``numeric(p,s)`` with ``p`` up to 38 (a domain over one too) as Arrow's ``decimal128(p,s)``,
   as Spark's JDBC source gives ``DecimalType(p,s)``; an unconstrained ``numeric`` only where the ``decimal``
-  option names a precision and scale for it. Read as the server's text and parsed exactly by the reader, which
-  refuses a value the decimal cannot hold (NaN, infinity, a value past the option's precision or scale) in one
-  line naming ``text_columns``, never rounding it;
-- **as the server's own text** everywhere else (unconstrained numeric, json, arrays, composites, ranges,
-  intervals, network, geometric and bit types, enums, ...): ``column::text``, the value exactly as PostgreSQL
-  prints it.
+  option names a precision and scale for it; and ``money`` as ``decimal128(19, s)``, ``s`` its locale's fractional
+  digits (``lc_monetary``, the planner's, which readers set). Read as the server's text and parsed exactly by the
+  reader, which refuses a value the decimal cannot hold (NaN, infinity, a value past the option's precision or
+  scale) in one line naming ``text_columns``, never rounding it;
+- **as a list**: a one-dimensional array of any of those types as Arrow's ``list<T>``, NULL items kept (Spark's
+  JDBC source gives ``ArrayType``); the reader refuses, in one line naming ``text_columns``, an array of more
+  dimensions or whose first index is not 1, when it meets one (each page selects the check beside the array);
+- **as the server's own text** everywhere else (unconstrained numeric, json, arrays of other types, composites,
+  ranges, intervals, network, geometric and bit types, enums, ...): ``column::text``, the value exactly as
+  PostgreSQL prints it.
 
 Sessions set ``DateStyle`` ISO, ``TimeZone`` UTC, ``IntervalStyle``, ``extra_float_digits`` and ``bytea_output``
 (see :func:`session_options`), so text is the same whatever the server's defaults, and key values round-trip as
@@ -59,6 +63,7 @@ _BEYOND_ARROW: dict[str, tuple[tuple[int | None, int | None], str]] = {
     "timestamptz": ((_FIRST_TIMESTAMP_US, None), f"infinity or a time after {_LAST_TIMESTAMP}+00"),
     "time": ((None, _DAY_US), "24:00:00"),
 }
+MONEY_PRECISION = 19  # the digits of an int64, which a money value is in its locale's smallest unit
 # key columns: orderable types whose text form casts back to the same value
 _KEY_TYPES = {"int2", "int4", "int8", "numeric", "text", "varchar", "bpchar", "uuid", "date", "timestamp",
               "timestamptz"}
@@ -78,10 +83,15 @@ class PostgresLoginError(PostgresConnectionError, OptionsError):
     """A wrong password or user, or a privilege missing: a usage error (exit 2)."""
 
 
-def session_options() -> str:
-    """libpq's ``options`` for every session of the connector: text output independent of the server's defaults."""
-    return ("-c DateStyle=ISO,YMD -c TimeZone=UTC -c IntervalStyle=postgres -c extra_float_digits=1 "
-            "-c bytea_output=hex")
+def session_options(lc_monetary: str = "") -> str:
+    """libpq's ``options`` for every session of the connector: text output independent of the server's defaults;
+    ``lc_monetary``: the locale whose number of fractional digits a ``money`` value is counted in (the planner's,
+    which a reader's session then shares: the same stored amount is another value in another locale)."""
+    options = ("-c DateStyle=ISO,YMD -c TimeZone=UTC -c IntervalStyle=postgres -c extra_float_digits=1 "
+               "-c bytea_output=hex")
+    if lc_monetary:
+        options += " -c lc_monetary=" + lc_monetary.replace("\\", "\\\\").replace(" ", "\\ ")
+    return options
 
 
 def ident(name: str) -> str:
@@ -106,20 +116,34 @@ class Column:
     select: str
     nullable: bool
     uuid_bytes: bool = False
+    # an array read as Arrow's list of ``base``'s type: the SQL of a boolean true for an array the list would not
+    # hold as it is (more than one dimension, which the driver flattens, or a first index other than 1, which it
+    # drops or fails on), which ``select`` reads as NULL and a page selects beside it; "" for any other column
+    shape_check: str = ""
+
+    @property
+    def listed(self) -> bool:
+        return bool(self.shape_check)
+
+    @property
+    def value_type(self) -> pa.DataType:
+        """The Arrow type of one value: the column's, or its list's items'."""
+        return self.arrow.value_type if self.listed else self.arrow
 
     @property
     def beyond_arrow(self) -> tuple[tuple[int | None, int | None], str] | None:
         """For a natively read column whose server type holds values its Arrow type cannot: the range ``(low,
-        high)`` of the driver's values, as integers, that its Arrow type holds (low included, high not, None: open),
-        and what a value outside it is, for the message; else None."""
-        if self.arrow == pa.string() or self.base not in _BEYOND_ARROW:
+        high)`` of the driver's values (an array's items), as integers, that its Arrow type holds (low included,
+        high not, None: open), and what a value outside it is, for the message; else None."""
+        if self.value_type == pa.string() or self.base not in _BEYOND_ARROW:
             return None
         return _BEYOND_ARROW[self.base]
 
     @property
     def decimal(self) -> bool:
-        """Whether the column is read as the server's text and parsed into its Arrow decimal by the reader."""
-        return bool(pa.types.is_decimal(self.arrow))
+        """Whether the column (an array's items) is read as the server's text and parsed into its Arrow decimal by
+        the reader."""
+        return bool(pa.types.is_decimal(self.value_type))
 
     @property
     def as_key_text(self) -> bool:
@@ -139,6 +163,7 @@ class Table:
     relations: tuple[str, ...]
     server_version: int
     catalog: str  # what the catalog said, as JSON: see :func:`described`
+    lc_monetary: str = ""  # the planner's, which readers set (session_options)
 
     @property
     def schema(self) -> pa.Schema:
@@ -188,6 +213,8 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
         "key": list(_key(conn, oid)),
         "relations": [r[0] for r in leaves] or [qualified],
         "version": int(conn.execute("SHOW server_version_num").fetchone()[0]),
+        # a money value's number of fractional digits (its locale's), and that locale, which readers then set
+        "money": list(conn.execute("SELECT scale('0'::money::numeric), current_setting('lc_monetary')").fetchone()),
     }
     return _table(table, catalog, json.dumps(catalog), columns, text_columns, decimal)
 
@@ -207,7 +234,10 @@ def _table(name: str, catalog: dict[str, Any], text: str, columns: str, text_col
     as_text = {c.strip() for c in text_columns.split(",") if c.strip()}
     chosen_decimal = decimal_precision(decimal)
     unconstrained = pa.decimal128(*chosen_decimal) if chosen_decimal else None
-    every = {r[0]: _column(r[0], r[1], r[2], r[3], r[4], r[0] in as_text, unconstrained) for r in catalog["columns"]}
+    money_scale, lc_monetary = catalog["money"]
+    money = pa.decimal128(MONEY_PRECISION, money_scale)
+    every = {r[0]: _column(r[0], r[1], r[2], r[3], r[4], r[0] in as_text, unconstrained, money)
+             for r in catalog["columns"]}
     unknown = sorted((as_text | set(_names(columns))) - set(every))
     if unknown:
         raise OptionsError(f"connector 'postgres': {name} has no column {', '.join(unknown)}; it has "
@@ -215,7 +245,7 @@ def _table(name: str, catalog: dict[str, Any], text: str, columns: str, text_col
     chosen = tuple(every[n] for n in _names(columns)) if columns else tuple(every.values())
     key = tuple(every[n] for n in catalog["key"] if every[n].base in _KEY_TYPES)
     return Table(catalog["label"], catalog["qualified"], chosen, key, tuple(catalog["relations"]),
-                 int(catalog["version"]), text)
+                 int(catalog["version"]), text, lc_monetary)
 
 
 def _names(columns: str) -> list[str]:
@@ -236,11 +266,38 @@ def _decimal(type_name: str, domain_of: str | None, unconstrained: pa.Decimal128
     return None
 
 
+def _list(name: str, type_name: str, domain_of: str | None, element: str, nullable: bool,
+          unconstrained: pa.Decimal128Type | None) -> Column | None:
+    """A one-dimensional array of a type read natively or as a decimal, as Arrow's list of that type (Spark's JDBC
+    source gives ``ArrayType``); None: read it as text. Its values' decimals come as text (``::text[]``)."""
+    declared = domain_of or type_name
+    if not declared.endswith("[]"):
+        return None
+    if element == "numeric":
+        item = _decimal(declared.removesuffix("[]"), None, unconstrained)
+        value = f"{ident(name)}::text[]"
+    else:
+        item = pa.string() if element == "uuid" else _NATIVE.get(element)
+        value = f"{ident(name)}::{domain_of}" if domain_of is not None else ident(name)
+    if item is None:
+        return None
+    check = f"(array_ndims({value}) > 1 OR array_lower({value}, 1) <> 1)"
+    return Column(name, type_name, element, pa.list_(item), f"CASE WHEN {check} THEN NULL ELSE {value} END",
+                  nullable, element == "uuid", check)
+
+
 def _column(name: str, type_name: str, domain_of: str | None, base: str, nullable: bool, as_text: bool,
-            unconstrained: pa.Decimal128Type | None = None) -> Column:
+            unconstrained: pa.Decimal128Type | None, money: pa.Decimal128Type) -> Column:
+    listed = _list(name, type_name, domain_of, base[1:], nullable, unconstrained) \
+        if base.startswith("_") and not as_text else None
+    if listed is not None:
+        return listed
     decimal = _decimal(type_name, domain_of, unconstrained) if base == "numeric" and not as_text else None
+    if base == "money" and not as_text:
+        decimal = money  # its int64 of cents (of its locale's fraction) exactly: 19 digits
     if decimal is not None:
-        return Column(name, type_name, base, decimal, f"{ident(name)}::text", nullable)
+        return Column(name, type_name, base, decimal, f"{ident(name)}::{'numeric::' if base == 'money' else ''}text",
+                      nullable)
     uuid = base == "uuid" and not as_text
     native = pa.string() if uuid else _NATIVE.get(base)
     if native is None or as_text:

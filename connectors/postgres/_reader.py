@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -87,7 +87,8 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
 
     def _connection_for(self, split: PostgresSplit) -> _Connection:
         if self._connection is None:
-            connection = _Connection(conninfo(self._options, options=session_options()), self._options)
+            connection = _Connection(conninfo(self._options, options=session_options(self._table.lc_monetary)),
+                                     self._options)
             connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if self._options.snapshot:
                 try:
@@ -145,6 +146,7 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
     def _page(self, split: PostgresSplit) -> tuple[pa.RecordBatch, PostgresSplit]:
         table, options = self._table, self._options
         columns = [c.select for c in table.columns]
+        shapes = [f"{c.shape_check} AS __a{i}" for i, c in enumerate(table.columns) if c.listed]
         conditions = [f"({options.where})"] if options.where else []
         if self._since is not None:
             conditions.append(changed_since(split.relation, self._since))
@@ -155,7 +157,7 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
                 end = min(end, split.end_block)
             conditions += [f"ctid >= '({split.first_block},0)'::tid", f"ctid < '({end},0)'::tid"]
             where = " AND ".join(conditions)
-            page = self._query(connection, f"SELECT {', '.join(columns)} FROM {split.relation} WHERE {where}")
+            page = self._query(connection, f"SELECT {', '.join(columns + shapes)} FROM {split.relation} WHERE {where}")
             if split.end_block >= 0:
                 done = end >= split.end_block
             else:
@@ -171,12 +173,13 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
             # qualified: a column read as text has an output column of its name, which would sort as text
             order = ", ".join(f"{split.relation}.{ident(c.name)}" for c in table.key)
             where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-            page = self._query(connection, f"SELECT {', '.join(columns + keys)} FROM {split.relation}{where} "
+            page = self._query(connection, f"SELECT {', '.join(columns + keys + shapes)} FROM {split.relation}{where} "
                                            f"ORDER BY {order} LIMIT {limit}")
             if page.num_rows < limit:
                 after = narrowed(split, done=True)
             else:
                 after = narrowed(split, after_key=_key_at(table, page, page.num_rows - 1))
+        _refuse_shapes(table, page)
         arrays = _arrays(table, page)
         _refuse_beyond_arrow(table, arrays, page)
         return pa.RecordBatch.from_arrays(arrays, schema=table.schema), after
@@ -276,30 +279,69 @@ class _Connection:
         self._handles = []
 
 
+def _refuse_shapes(table: Table, page: pa.RecordBatch) -> None:
+    """Fail, in one line naming the column, the row's key and the option to use, when an array column holds an
+    array Arrow's list would not hold as it is (its shape check, page column ``__a<the column's place>``, is
+    true)."""
+    for i, column in enumerate(table.columns):
+        if column.listed and page.column(f"__a{i}").true_count:
+            row = page.column(f"__a{i}").to_pylist().index(True)
+            raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label} holds an array of "
+                                  f"more than one dimension, or whose first index is not 1{_row_key(table, page, row)},"
+                                  f" which Arrow's {column.arrow} cannot hold as it is; add -o text_columns="
+                                  f"{column.name} to read it as the server's text", row)
+
+
 def _arrays(table: Table, page: pa.RecordBatch) -> list[pa.Array]:
     """The page's columns as the table's Arrow types (a uuid's 16 bytes formatted as its text, a numeric's text
-    parsed into its decimal)."""
-    return [_uuid_text(page.column(i)) if c.uuid_bytes else _decimals(table, c, page, i) if c.decimal
-            else page.column(i) for i, c in enumerate(table.columns)]
+    parsed into its decimal; the same for an array's items)."""
+    return [_list_of(table, c, page, page.column(i)) if c.listed else _values(table, c, page, page.column(i))
+            for i, c in enumerate(table.columns)]
 
 
-def _decimals(table: Table, column: Column, page: pa.RecordBatch, index: int) -> pa.Array:
-    """A numeric column's text as its Arrow decimal, exactly: a value the decimal cannot hold (NaN, infinity, more
-    digits than its precision or scale) is refused in one line naming the column, the value and its row's key, never
+def _values(table: Table, column: Column, page: pa.RecordBatch, values: pa.Array,
+            rows: Callable[[int], int] = lambda i: i) -> pa.Array:
+    """``values`` (a column's, or an array column's items, the ``rows(i)``-th page row holding item ``i``) as the
+    column's Arrow type of one value."""
+    if column.uuid_bytes:
+        return _uuid_text(values)
+    if column.decimal:
+        return _decimals(table, column, page, values, rows)
+    return values
+
+
+def _list_of(table: Table, column: Column, page: pa.RecordBatch, lists: pa.ListArray) -> pa.Array:
+    """An array column's lists with their items as the column's Arrow type (the driver's list keeps its offsets
+    and nulls; only its items are converted)."""
+    items = _values(table, column, page, lists.values, _item_rows(lists))
+    return pa.Array.from_buffers(column.arrow, len(lists), lists.buffers()[:2], lists.null_count, lists.offset,
+                                 [items])
+
+
+def _item_rows(lists: pa.ListArray) -> Callable[[int], int]:
+    """Which of the lists holds item ``i`` of their ``values`` (for a message's row key)."""
+    offsets = np.frombuffer(lists.buffers()[1], dtype=np.int32, count=lists.offset + len(lists) + 1)
+    return lambda item: int(np.searchsorted(offsets, item, side="right")) - 1 - lists.offset
+
+
+def _decimals(table: Table, column: Column, page: pa.RecordBatch, texts: pa.Array,
+              rows: Callable[[int], int]) -> pa.Array:
+    """A numeric's text as its Arrow decimal, exactly: a value the decimal cannot hold (NaN, infinity, more digits
+    than its precision or scale) is refused in one line naming the column, the value and its row's key, never
     rounded (Arrow's cast from text refuses to drop a digit)."""
-    texts = page.column(index)
+    decimal = column.value_type
     try:
-        return texts.cast(column.arrow)
+        return texts.cast(decimal)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         failure = exc
-    for row, text in enumerate(texts.to_pylist()):
+    for item, text in enumerate(texts.to_pylist()):
         try:
-            pa.array([text], pa.string()).cast(column.arrow)
+            pa.array([text], pa.string()).cast(decimal)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label} holds {text}"
-                                  f"{_row_key(table, page, row)}, "
-                                  f"which Arrow's {column.arrow} cannot hold exactly; add -o text_columns="
-                                  f"{column.name} to read it as the server's text", row) from None
+                                  f"{_row_key(table, page, rows(item))}, "
+                                  f"which Arrow's {decimal} cannot hold exactly; add -o text_columns="
+                                  f"{column.name} to read it as the server's text", rows(item)) from None
     raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label}: {failure}")
 
 
@@ -341,6 +383,9 @@ def _refuse_beyond_arrow(table: Table, arrays: list[pa.Array], page: pa.RecordBa
     buffer: pyarrow.compute would cost a reader's process 0.07 s to import."""
     for column, array in zip(table.columns, arrays, strict=True):
         beyond = column.beyond_arrow
+        rows: Callable[[int], int] = lambda i: i  # noqa: E731
+        if beyond is not None and column.listed:
+            array, rows = array.values, _item_rows(array)
         if beyond is None or not len(array):
             continue
         (low, high), what = beyond
@@ -353,7 +398,7 @@ def _refuse_beyond_arrow(table: Table, arrays: list[pa.Array], page: pa.RecordBa
                                  count=end)[start:].astype(bool)
         if not hit.any():
             continue
-        row = _row_key(table, page, int(np.argmax(hit)))
+        row = _row_key(table, page, rows(int(np.argmax(hit))))
         raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label} holds {what}{row}, "
                               f"which Arrow's {column.arrow} cannot hold; add -o text_columns={column.name} to read "
                               "it as the server's text")

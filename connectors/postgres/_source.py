@@ -158,15 +158,19 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
         return f"blocks part {part + 1} of {parts}"
 
 
-def _plain(column: Column) -> str:
-    """The column as the plain Python value verify compares with (see ``Source.reference_rows``)."""
-    name = ident(column.name)
+def _plain(column: Column, item: str = "") -> str:
+    """The column as the plain Python value verify compares with (see ``Source.reference_rows``); ``item``: the
+    SQL of one item of an array column, as that item's plain value."""
+    name = item or ident(column.name)
+    if column.listed and not item:  # the items' plain values, in order, in an array
+        return (f"CASE WHEN {name} IS NOT NULL THEN ARRAY(SELECT {_plain(column, 'u.x')} FROM unnest({name}) "
+                "WITH ORDINALITY AS u(x, o) ORDER BY u.o) END")
     if column.uuid_bytes:
         return f"{name}::text"
     if column.decimal:
         return f"{name}::numeric"  # psycopg's Decimal
-    if column.arrow == pa.string():
-        return column.select
+    if column.value_type == pa.string():
+        return name if item else column.select
     if column.base == "date":
         return f"({name} - DATE '1970-01-01')"
     if column.base in ("timestamp", "timestamptz"):
@@ -175,12 +179,13 @@ def _plain(column: Column) -> str:
                 f"+ (extract(epoch FROM ({name})::time) * 1000000)::int8")
     if column.base == "time":
         return f"(extract(epoch FROM {name}) * 1000000)::int8"
-    return column.select
+    return name if item else column.select
 
 
 def _condition(column: Column | None, p: Predicate) -> str | None:
     """``p`` as SQL on ``column`` with Spark's meaning, or None when it cannot be pushed exactly."""
-    if column is None or column.arrow == pa.string() and column.base not in ("text", "varchar", "bpchar", "name"):
+    if column is None or column.listed or column.arrow == pa.string() and column.base not in ("text", "varchar",
+                                                                                             "bpchar", "name"):
         return None  # read as text: the server's comparison of its own type differs from Spark's of strings
     if column.arrow in (pa.binary(), pa.time64("us")) or column.base in ("bpchar",):
         return None

@@ -143,6 +143,7 @@ def test_every_type_lands_exactly_in_a_table(fidelity15: PostgresServer, tmp_pat
     assert result.match and result.independent, f"{table_format}: {result.text()}"
 
 
+_SHAPE = "an array of more than one dimension, or whose first index is not 1"
 # name, type, the value inserted, what the refusal says it holds, its text
 BEYOND = [("d", "date", "'infinity'", "infinity", "infinity"),
           ("dn", "date", "'-infinity'", "infinity", "-infinity"),
@@ -150,15 +151,22 @@ BEYOND = [("d", "date", "'infinity'", "infinity", "infinity"),
            "294247-01-10 04:00:54.775808"),
           ("tz", "timestamptz", "'-infinity'", "infinity or a time after 294247-01-10 04:00:54.775807+00",
            "-infinity"),
-          ("tm", "time", "'24:00:00'", "24:00:00", "24:00:00")]
+          ("tm", "time", "'24:00:00'", "24:00:00", "24:00:00"),
+          ("atz", "timestamptz[]", "'{2026-01-01 00:00+00,infinity}'",
+           "infinity or a time after 294247-01-10 04:00:54.775807+00", '{"2026-01-01 00:00:00+00",infinity}'),
+          # arrays Arrow's list would not hold as they are: the driver flattens dimensions and drops the first index
+          ("a2d", "int4[]", "'{{1,2},{3,4}}'", _SHAPE, "{{1,2},{3,4}}"),
+          ("alb", "int4[]", "'[0:1]={1,NULL}'", _SHAPE, "[0:1]={1,NULL}"),
+          ("a3d", "text[]", "'[-5:-4][1:1]={{7},{NULL}}'", _SHAPE, "[-5:-4][1:1]={{7},{NULL}}")]
 
 
 def test_values_arrow_cannot_hold_are_refused_in_one_line_and_copy_as_text(fidelity15: PostgresServer,
                                                                          tmp_path: Path) -> None:
-    """±infinity, a timestamp past Arrow's microseconds (which ADBC would wrap to a year before 290000 BC) and
-    24:00:00 (past Arrow's time of day): each refused in one line naming the column and the option that reads it
-    as text, exit 1 as any value a copy cannot hold (Cassandra's too), with no part file; then copied as the
-    server's text."""
+    """±infinity, a timestamp past Arrow's microseconds (which ADBC would wrap to a year before 290000 BC),
+    24:00:00 (past Arrow's time of day), the same inside an array, and arrays of two dimensions or a first index
+    other than 1 (which the driver would flatten, or whose index it would drop): each refused in one line naming
+    the column and the option that reads it as text, exit 1 as any value a copy cannot hold (Cassandra's too), with
+    no part file; then copied as the server's text."""
     with fidelity15.connect() as conn:
         conn.execute("DROP TABLE IF EXISTS fidelity_beyond")
         conn.execute("CREATE TABLE fidelity_beyond (id int PRIMARY KEY, "

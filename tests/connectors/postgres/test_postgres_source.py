@@ -3,6 +3,7 @@ truth, key and block ranges, composite keys, partitions, and splits near their t
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import hashlib
@@ -313,8 +314,8 @@ def test_a_value_beyond_arrow_is_found_by_its_validity_and_offset() -> None:
     from connectors.postgres._reader import _refuse_beyond_arrow
 
     catalog = {"label": "public.t", "qualified": "t", "key": ["id"], "relations": ["t"], "version": 150000,
-               "columns": [["id", "bigint", None, "int8", False], ["at", "timestamp with time zone", None,
-                                                                     "timestamptz", True]]}
+               "money": [2, "C"], "columns": [["id", "bigint", None, "int8", False],
+                                              ["at", "timestamp with time zone", None, "timestamptz", True]]}
     table = described(json.dumps(catalog), "", "")
     raw = pa.py_buffer(pa.array([0, _FIRST_TIMESTAMP_US - 1, 5], pa.int64()).buffers()[1])
 
@@ -383,3 +384,42 @@ def test_a_wake_up_that_reaches_the_server_before_the_query_still_cancels_it(
         rows += [i for _, (page, _) in got.batches for i in page.column("id").to_pylist()]
     reader.close()
     assert sorted(rows) == sorted(expected_events(10))  # the page read again: each row once
+
+
+def test_a_reader_counts_money_in_the_planner_s_locale(postgres15: PostgresServer, table_name: str) -> None:
+    """A money value is an integer of its locale's smallest unit, so a reader must count it in the locale the
+    planner described the column in (its decimal's scale): the planner's ``lc_monetary`` goes to every reader's
+    session, whatever the server's default is when the reader connects. This machine's locales all have two
+    fractional digits, so the test shows the setting itself: the planner's, read back in the reader's session."""
+    from connectors.postgres import _reader
+    from connectors.postgres._catalog import Table
+
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (id int PRIMARY KEY, m money)")
+        conn.execute(f"INSERT INTO {table_name} VALUES (1, 1234.56), (2, '-92233720368547758.08')")
+        default = conn.execute("SHOW lc_monetary").fetchone()[0]
+    source = PostgresSource(options(postgres15, table_name))
+    table: Table = source.table
+    assert table.lc_monetary == default and str(table.schema.field("m").type) == "decimal128(19, 2)"
+    planned = dataclasses.replace(table, lc_monetary="POSIX" if default != "POSIX" else "C")
+    reader = _reader.PostgresSplitReader(source.options, planned)
+    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
+    enumerator.start()
+    split = enumerator.next_split()
+    assert split is not None
+    connection = reader._connection_for(split)
+    setting = connection.query("SELECT current_setting('lc_monetary')").column(0)[0].as_py()
+    reader.close()
+    assert setting == planned.lc_monetary != default
+    reader = source.create_split_reader()
+    reader.add_splits([split])
+    values: dict[int, decimal.Decimal] = {}
+    finished = False
+    while not finished:
+        got = reader.fetch()
+        finished = bool(got.finished)
+        for _, (page, _) in got.batches:
+            values.update(zip(page.column("id").to_pylist(), page.column("m").to_pylist(), strict=True))
+    reader.close()
+    assert values == {1: decimal.Decimal("1234.56"), 2: decimal.Decimal("-92233720368547758.08")}

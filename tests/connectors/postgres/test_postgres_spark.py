@@ -94,6 +94,39 @@ def _utc(spark: Any) -> None:
     spark.conf.set("spark.sql.session.timeZone", "UTC")
 
 
+def test_a_one_dimensional_array_is_spark_s_array_type_and_sums_as_postgresql_does(
+        postgres15: PostgresServer, table_name: str, spark: Any) -> None:
+    """integer[], numeric(6,2)[] and text[] arrive as Spark's ArrayType of their items' types, as Spark's JDBC source
+    types them: the sums of their items in Spark (explode, no cast) equal PostgreSQL's over unnest, NULL items are
+    kept where they were, and an empty array stays empty, not NULL."""
+    from pyspark.sql.types import ArrayType, DecimalType, IntegerType, StringType
+
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (id int PRIMARY KEY, a int[], p numeric(6,2)[], t text[])")
+        conn.execute(f"INSERT INTO {table_name} SELECT i, ARRAY[i, NULL, -i * 2], ARRAY[i * 0.25, NULL], "
+                     "ARRAY['x' || i, NULL] FROM generate_series(1, 3000) i")
+        conn.execute(f"INSERT INTO {table_name} VALUES (3001, '{{}}', '{{}}', '{{}}'), (3002, NULL, NULL, NULL)")
+        sums = conn.execute(f"SELECT (SELECT sum(x) FROM {table_name}, unnest(a) x), "
+                            f"(SELECT sum(x) FROM {table_name}, unnest(p) x), "
+                            f"(SELECT count(*) FROM {table_name}, unnest(a) x WHERE x IS NULL)").fetchone()
+    df = (spark.read.format("splitsource").option("connector", "postgres")
+          .options(dsn=postgres15.dsn, password=postgres15.env["PGPASSWORD"], table=table_name, split_size_mb="0.1")
+          .load())
+    types = {f.name: f.dataType for f in df.schema.fields}
+    assert (types["a"], types["p"], types["t"]) == (ArrayType(IntegerType()), ArrayType(DecimalType(6, 2)),
+                                                    ArrayType(StringType())), types
+    df.createOrReplaceTempView("pg_arrays")
+    got = spark.sql("SELECT (SELECT sum(x) FROM pg_arrays LATERAL VIEW explode(a) e AS x), "
+                    "(SELECT sum(x) FROM pg_arrays LATERAL VIEW explode(p) e AS x), "
+                    "(SELECT count(*) FROM pg_arrays LATERAL VIEW explode(a) e AS x WHERE x IS NULL)").first()
+    assert tuple(got) == sums, (tuple(got), sums)
+    rows = {r["id"]: r for r in spark.sql("SELECT * FROM pg_arrays WHERE id IN (7, 3001, 3002)").collect()}
+    assert (rows[7]["a"], rows[7]["t"]) == ([7, None, -14], ["x7", None])
+    assert (rows[3001]["a"], rows[3002]["a"]) == ([], None)
+    spark.catalog.dropTempView("pg_arrays")
+
+
 def test_a_numeric_column_is_a_decimal_spark_sums_as_postgresql_does(postgres15: PostgresServer, table_name: str,
                                                                       spark: Any, tmp_path: Path) -> None:
     """numeric(12,2), a domain over numeric(10,3) and numeric(38,0) arrive as Spark's DecimalType(p,s), as Spark's
