@@ -12,9 +12,10 @@ from splitsource import EnumeratorState, EnumeratorStateSerializer
 _gen = GeneratorSource({})
 
 CASES: dict[str, tuple[SimpleVersionedSerializer[Any], Any]] = {
-    # page_size 0: what version 1 (before page sizes were kept) reads as
+    # page_size 0: what version 1 (before page sizes were kept) reads as; versions 1 and 2 held a row count (300),
+    # which version 3 drops
     "cassandra-split": (CASSANDRA_SPLIT_SERIALIZER,
-                        CassandraSplit(-(2**63), 2**63 - 1, 1024, b"paging", 300, False, 0)),
+                        CassandraSplit(-(2**63), 2**63 - 1, 1024, b"paging", False, 0)),
     "generator-split": (_gen.split_serializer(), GeneratorSplit(3, 3500, 4000, 30)),
     "generator-position": (_gen.position_serializer(), GeneratorPosition(17)),
     "generator-enumerator-state": (

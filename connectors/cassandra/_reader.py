@@ -253,7 +253,6 @@ class CassandraEmitter(RecordEmitter[_Raw, CassandraSplitState]):
             return None
         state.paging_state = next_state
         state.done = next_state is None
-        state.rows += len(rows)
         if not rows:
             return None
         columns = list(zip(*rows, strict=True))

@@ -31,7 +31,6 @@ class CassandraSplit(Split):
     end: int
     estimated_bytes: int = 0
     paging_state: bytes | None = None
-    rows_before: int = 0
     done: bool = False
     page_size: int = 0  # rows per page from here on, after read timeouts shrank it (0: option fetch_size)
 
@@ -48,7 +47,6 @@ class CassandraSplitState(SplitState[CassandraSplit]):
     def __init__(self, split: CassandraSplit) -> None:
         self.split = split
         self.paging_state = split.paging_state
-        self.rows = split.rows_before
         self.done = split.done
         self.page_size = split.page_size
 
@@ -58,8 +56,7 @@ class CassandraSplitState(SplitState[CassandraSplit]):
 
     def to_split(self) -> CassandraSplit:
         s = self.split
-        return CassandraSplit(s.start, s.end, s.estimated_bytes, self.paging_state, self.rows, self.done,
-                              self.page_size)
+        return CassandraSplit(s.start, s.end, s.estimated_bytes, self.paging_state, self.done, self.page_size)
 
 
 @dataclass(frozen=True)
@@ -77,12 +74,12 @@ def _entry_fields(e: PlanEntry) -> list[Any]:
 
 CASSANDRA_SPLIT_SERIALIZER: MsgpackRecordSerializer[CassandraSplit] = MsgpackRecordSerializer(
     "CassandraSplitSerializer",
-    2,
+    3,
     # tokens as text: RandomPartitioner tokens do not fit msgpack's 64-bit integers
-    to_fields=lambda s: [str(s.start), str(s.end), s.estimated_bytes, s.paging_state, s.rows_before, s.done,
-                         s.page_size],
-    from_fields=lambda f: CassandraSplit(int(f[0]), int(f[1]), int(f[2]), f[3], int(f[4]), bool(f[5]), int(f[6])),
-    upgrades={1: lambda f: [*f, 0]},  # version 2 added page_size
+    to_fields=lambda s: [str(s.start), str(s.end), s.estimated_bytes, s.paging_state, s.done, s.page_size],
+    from_fields=lambda f: CassandraSplit(int(f[0]), int(f[1]), int(f[2]), f[3], bool(f[4]), int(f[5])),
+    # version 2 added page_size; version 3 dropped the count of rows read before (kept by nothing)
+    upgrades={1: lambda f: [*f, 0], 2: lambda f: [*f[:4], *f[5:]]},
 )
 CASSANDRA_POSITION_SERIALIZER: MsgpackRecordSerializer[CassandraPosition] = MsgpackRecordSerializer(
     "CassandraPositionSerializer",
