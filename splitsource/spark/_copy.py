@@ -114,31 +114,15 @@ def read_task(task: TaskSpec, progress_dir: str, batch_id: int
 
 
 class SparkTasks:
-    """The Spark engine's task pool: one Spark job per batch on ``spark``, or on a session of its own on ``master``
-    (started in the background while the coordinator plans the first batch, stopped by :meth:`close`)."""
+    """The Spark engine's task pool: one Spark job per batch on the session ``session`` will give (the engine's,
+    which may still be starting while the coordinator plans the first batch)."""
 
-    def __init__(self, checkpoint: Location, master: str, spark: Any = None,
-                 after_start: Callable[[], None] | None = None) -> None:
-        self._own = spark is None
-        self._after_start = after_start
+    def __init__(self, checkpoint: Location, session: Future[Any]) -> None:
         self._checkpoint = checkpoint
-        self._session: Future[Any] = Future()
+        self._session = session
         self._progress = checkpoint.child(SPARK_DIR, PROGRESS_DIR)
         _remove_tree(self._progress)  # reports of a run that was killed
         self._progress.store.make_dirs(self._progress.path)
-        if spark is not None:
-            self._session.set_result(spark)
-        else:
-            threading.Thread(target=self._start, args=(master,), name="splitsource-spark-start", daemon=True).start()
-
-    def _start(self, master: str) -> None:
-        try:
-            self._session.set_result(start_session(master))
-        except BaseException as exc:  # noqa: BLE001 - handed to the coordinator's thread by the future
-            self._session.set_exception(exc)
-            return
-        if self._after_start is not None:
-            self._after_start()
 
     def run(self, batch: Batch, progress: Callable[[int, int], None]) -> list[TaskOutcome]:
         with deferred():  # SIGTERM must not break a py4j call (the session's start, a question to the JVM)
@@ -190,20 +174,13 @@ class SparkTasks:
 
     def close(self) -> None:
         _remove_tree(self._progress)
-        if not self._own:
-            return
-        try:
-            spark = self._session.result()
-        except BaseException:  # noqa: BLE001 - it never started: nothing to stop
-            return
-        with deferred():
-            stop_session(spark)
 
 
 class SparkEngine:
     """The Spark engine (see :class:`~splitsource.copyjob._protocol.Engine`): the read tasks of each batch are one
-    Spark job on ``spark``, or on a session of its own on ``master`` (started when first needed, stopped by
-    :meth:`close`). Making one starts nothing."""
+    Spark job on ``spark``, else on the session running in this process, else on a session of its own on
+    ``master``, started when first needed and stopped by :meth:`close`: the one owner of the copy's session.
+    Making one starts nothing."""
 
     name = SPARK_DIR
     sink_defaults: Mapping[str, str] = {}  # an executor task's budget is the sink's own default
@@ -213,59 +190,86 @@ class SparkEngine:
             raise OptionsError(f"option 'master': {master!r} is not a Spark master URL: use local[N], "
                                "spark://HOST:PORT, k8s://HOST:PORT or yarn")
         self.master = master
-        self._spark = spark
-        self._own: Any = None  # the session this engine started, if any
+        self._given = spark
+        self._session: Future[Any] | None = None  # the copy's session, once asked for (session())
+        self._own = False  # whether this engine started it, and so stops it
+
+    def _found(self) -> Any:
+        """The session given, else the one running in this process (None: the engine starts its own)."""
+        if self._given is None:
+            self._given = running_session()
+        return self._given
 
     @property
     def on_cluster(self) -> bool:
-        master = self._spark.sparkContext.master if self._spark is not None else self.master
+        found = self._found()
+        master = found.sparkContext.master if found is not None else self.master
         return not str(master).startswith("local")
 
+    def session(self, after_start: Callable[[], None] | None = None) -> Future[Any]:
+        """The copy's session: the one found, else one of its own on ``master``, started once, in the background
+        (``after_start`` runs once it is up, only for a session started here)."""
+        if self._session is None:
+            self._session = Future()
+            found = self._found()
+            if found is not None:
+                self._session.set_result(found)
+            else:
+                self._own = True
+                threading.Thread(target=_start, args=(self._session, self.master, after_start),
+                                 name="splitsource-spark-start", daemon=True).start()
+        return self._session
+
     def check_storage(self, places: list[tuple[str, Location]]) -> None:
-        """On a cluster, the executors must see what this process sees (:func:`check_shared_storage`); the
-        session this starts is the copy's."""
-        if self._spark is None:
-            self._spark = running_session()
-        if not self.on_cluster:
-            return
-        if self._spark is None:
-            self._spark = self._own = start_session(self.master)
-        check_shared_storage(self._spark, places)
+        """On a cluster, the executors must see what this process sees (:func:`check_shared_storage`)."""
+        if self.on_cluster:
+            check_shared_storage(self.session().result(), places)
 
     def run(self, run: CopyRun) -> EngineResult:
-        return _run_copy(run, self.master, self._spark)
+        """Run the copy with Spark's tasks on the copy's session."""
+        # the first copy of a machine records the driver JVM's class archive beside its own work, once its session
+        # is up (splitsource.spark._jvm): every later copy's session starts from it, about 1.5 s sooner
+        starting = self._session is None and self._found() is None
+        recording = _jvm.recorder() if starting and "PYSPARK_SUBMIT_ARGS" not in os.environ else None
+        tasks = SparkTasks(run.checkpoint, self.session(after_start=recording.start if recording else None))
+        try:
+            result = run_batches(run, tasks, SPARK_DIR)
+        except BaseException:
+            if recording is not None:
+                recording.stop()
+            raise
+        if recording is not None:
+            if recording.running and run.progress is not None:
+                print("splitsource copy: recording the Spark driver's class archive, once per machine (about 15 s; "
+                      f"{_jvm.SWITCH_ENV}=off skips it)", file=sys.stderr, flush=True)
+            recording.finish()
+        return result
 
     def close(self) -> None:
-        if self._own is not None:
-            with deferred():
-                stop_session(self._own)
-            self._own = self._spark = None
+        session, self._session = self._session, None
+        if not self._own or session is None:
+            return
+        self._own = False
+        try:
+            spark = session.result()
+        except BaseException:  # noqa: BLE001 - it never started: nothing to stop
+            return
+        with deferred():
+            stop_session(spark)
+
+
+def _start(session: Future[Any], master: str, after_start: Callable[[], None] | None) -> None:
+    try:
+        session.set_result(start_session(master))
+    except BaseException as exc:  # noqa: BLE001 - handed to the coordinator's thread by the future
+        session.set_exception(exc)
+        return
+    if after_start is not None:
+        after_start()
 
 
 # the master URLs Spark takes
 MASTER_URL = re.compile(r"local(\[[0-9*]+(,[0-9]+)?\])?|local-cluster\[[0-9, ]+\]|(spark|k8s)://\S+|yarn")
-
-
-def _run_copy(run: CopyRun, master: str, spark: Any) -> EngineResult:
-    """Run the copy with Spark's tasks on ``spark`` (else on the session running in this process, else on a session
-    of its own on ``master``, stopped after)."""
-    spark = spark if spark is not None else running_session()
-    # the first copy of a machine records the driver JVM's class archive beside its own work, once its session is
-    # up (splitsource.spark._jvm): every later copy's session starts from it, about 1.5 s sooner
-    recording = _jvm.recorder() if spark is None and "PYSPARK_SUBMIT_ARGS" not in os.environ else None
-    tasks = SparkTasks(run.checkpoint, master, spark, after_start=recording.start if recording else None)
-    try:
-        result = run_batches(run, tasks, SPARK_DIR)
-    except BaseException:
-        if recording is not None:
-            recording.stop()
-        raise
-    if recording is not None:
-        if recording.running and run.progress is not None:
-            print("splitsource copy: recording the Spark driver's class archive, once per machine (about 15 s; "
-                  f"{_jvm.SWITCH_ENV}=off skips it)", file=sys.stderr, flush=True)
-        recording.finish()
-    return result
 
 
 def check_shared_storage(spark: Any, places: list[tuple[str, Location]]) -> None:
