@@ -164,6 +164,7 @@ class Table:
     server_version: int
     catalog: str  # what the catalog said, as JSON: see :func:`described`
     lc_monetary: str = ""  # the planner's, which readers set (session_options)
+    origin: tuple[str, str] = ("", "")  # the cluster's system identifier, and the database
 
     @property
     def schema(self) -> pa.Schema:
@@ -215,6 +216,9 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
         "version": int(conn.execute("SHOW server_version_num").fetchone()[0]),
         # a money value's number of fractional digits (its locale's), and that locale, which readers then set
         "money": list(conn.execute("SELECT scale('0'::money::numeric), current_setting('lc_monetary')").fetchone()),
+        # which cluster and database this is (Source.origin): asked here, in the session that describes the table
+        "origin": list(conn.execute("SELECT system_identifier::text, current_database() "
+                                    "FROM pg_control_system()").fetchone()),
     }
     return _table(table, catalog, json.dumps(catalog), columns, text_columns, decimal)
 
@@ -245,7 +249,7 @@ def _table(name: str, catalog: dict[str, Any], text: str, columns: str, text_col
     chosen = tuple(every[n] for n in _names(columns)) if columns else tuple(every.values())
     key = tuple(every[n] for n in catalog["key"] if every[n].base in _KEY_TYPES)
     return Table(catalog["label"], catalog["qualified"], chosen, key, tuple(catalog["relations"]),
-                 int(catalog["version"]), text, lc_monetary)
+                 int(catalog["version"]), text, lc_monetary, tuple(catalog["origin"]))
 
 
 def _names(columns: str) -> list[str]:

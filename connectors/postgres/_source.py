@@ -112,9 +112,7 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
         return found
 
     def origin(self) -> Mapping[str, Any]:
-        with connect(self.options) as conn, errors_in_one_line(self.options):
-            system, database = conn.execute(
-                "SELECT system_identifier::text, current_database() FROM pg_control_system()").fetchone()
+        system, database = self.table.origin  # asked with the catalog, in the same session
         return {"system_identifier": system, "database": database}
 
     def key_columns(self) -> Sequence[str]:

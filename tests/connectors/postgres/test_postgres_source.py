@@ -314,7 +314,7 @@ def test_a_value_beyond_arrow_is_found_by_its_validity_and_offset() -> None:
     from connectors.postgres._reader import _refuse_beyond_arrow
 
     catalog = {"label": "public.t", "qualified": "t", "key": ["id"], "relations": ["t"], "version": 150000,
-               "money": [2, "C"], "columns": [["id", "bigint", None, "int8", False],
+               "money": [2, "C"], "origin": ["1", "db"], "columns": [["id", "bigint", None, "int8", False],
                                               ["at", "timestamp with time zone", None, "timestamptz", True]]}
     table = described(json.dumps(catalog), "", "")
     raw = pa.py_buffer(pa.array([0, _FIRST_TIMESTAMP_US - 1, 5], pa.int64()).buffers()[1])
