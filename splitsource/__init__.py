@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         enumerator_state_to_bytes,
     )
     from splitsource._typed_options import REQUIRED, Secret, describe_options, option, options_table, parse_options
+    from splitsource._wakeup import WakeUp, Woken
     from splitsource.copyjob import verify
     from splitsource.runtime import read_local
 
@@ -86,6 +87,7 @@ _HOME = {
                     "splitsource._state"),
     **dict.fromkeys(("REQUIRED", "Secret", "describe_options", "option", "options_table", "parse_options"),
                     "splitsource._typed_options"),
+    **dict.fromkeys(("WakeUp", "Woken"), "splitsource._wakeup"),
     "verify": "splitsource.copyjob",
     "read_local": "splitsource.runtime",
 }
@@ -129,6 +131,8 @@ __all__ = [
     "SplitState",
     "TransientSplitReadError",
     "ValueRangeError",
+    "WakeUp",
+    "Woken",
     "__version__",
     "copy",
     "describe_options",

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -50,6 +49,7 @@ from splitsource._api import (
 from splitsource._errors import OptionsError, ProtocolError
 from splitsource._splits import SplitQueue
 from splitsource._typed_options import Secret
+from splitsource._wakeup import WakeUp
 
 __all__ = ["KeyRange", "KeyRangePosition", "KeyRangeSource", "ResumeState"]
 
@@ -262,25 +262,24 @@ class _Reader(SplitReader[KeyRange, Page]):
         self._limit = limit or source.page_rows
         self._queue: SplitQueue[KeyRange, Any] = SplitQueue(lambda split: split.after)
         self._connection: Any = None
-        self._woken = threading.Event()
+        self._wake = WakeUp(lambda: self._source.interrupt(self._connection))
 
     def add_splits(self, splits: Sequence[KeyRange]) -> None:
         self._queue.add(splits)
 
     def fetch(self) -> RecordsBySplits[Page]:
         split = self._queue.head
-        if split is None or self._woken.is_set():
-            self._woken.clear()
+        if split is None:
             return RecordsBySplits()
         if self._connection is None:
             self._connection = self._source.connect()
         limit = self._limit
         try:
             at = dataclasses.replace(split, after=self._queue.position)
-            batch, last, done = self._source.read(self._connection, at, limit)
+            with self._wake.call():
+                batch, last, done = self._source.read(self._connection, at, limit)
         except Exception:
-            if self._woken.is_set():  # the read was interrupted: ask again from the same key
-                self._woken.clear()
+            if self._wake.woken():  # the read was interrupted, or not begun: ask again from the same key
                 return RecordsBySplits()
             raise
         if batch.num_rows > limit or not (batch.num_rows or done):
@@ -295,9 +294,7 @@ class _Reader(SplitReader[KeyRange, Page]):
         return RecordsBySplits(batches)
 
     def wake_up(self) -> None:
-        self._woken.set()
-        if self._connection is not None:
-            self._source.interrupt(self._connection)
+        self._wake.wake_up()
 
     def close(self) -> None:
         connection, self._connection = self._connection, None

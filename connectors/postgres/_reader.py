@@ -10,8 +10,6 @@ split where its state says.
 from __future__ import annotations
 
 import dataclasses
-import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +29,8 @@ from splitsource import (
     SplitReader,
     SplitReadError,
     ValueRangeError,
+    WakeUp,
+    Woken,
 )
 
 __all__ = ["PostgresEmitter", "PostgresSplitReader", "changed_since", "key_condition", "snapshot_gone"]
@@ -39,8 +39,6 @@ Raw = tuple[pa.RecordBatch, PostgresSplit]  # a page, and what is left of its sp
 BLOCK = 8192
 # the most bytes of Arrow the driver puts in one batch: above a page's, so a page comes in one batch, used as it is
 BATCH_BYTES = 1 << 30
-CANCEL_EVERY_S = 0.05  # a wake-up's cancel is sent again this often while the page's query runs
-CANCEL_FOR_S = 30.0  # and for at most this long (a server that never cancels: the page then ends by itself)
 
 
 class SnapshotGoneError(SplitReadError):
@@ -63,10 +61,6 @@ def snapshot_gone(exc: BaseException) -> bool:
     return any(words in message for words in _SNAPSHOT_GONE.values())
 
 
-class _Woken(Exception):
-    """wake_up came before the page's query was sent."""
-
-
 class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
     """Reads its splits' rows page by page; ``since`` (an incremental run's): only the row versions the last run's
     snapshot, whose xmin that is, could not see (:func:`changed_since`)."""
@@ -76,11 +70,7 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         self._queue: SplitQueue[PostgresSplit, PostgresSplit] = SplitQueue(lambda split: split)
         self._connection: _Connection | None = None
         self._events: list[ReadEvent] = []
-        self._woken = threading.Event()
-        # which query runs now (0: none), so that a wake-up cancels that one and never the next (wake_up)
-        self._guard = threading.Lock()
-        self._queries = 0
-        self._running = 0
+        self._wake = WakeUp(self._cancel)
 
     def add_splits(self, splits: Sequence[PostgresSplit]) -> None:
         self._queue.add(splits)
@@ -127,13 +117,12 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
             page, after = self._page(at)
         except (OptionsError, SplitReadError):
             raise
-        except _Woken:
-            self._woken.clear()
+        except Woken:
+            self._wake.woken()
             return RecordsBySplits()
         except Exception:
             self.close()  # the next fetch connects again and resumes from the split state
-            if self._woken.is_set():  # cancelled by wake_up: nothing read, the page is asked again
-                self._woken.clear()
+            if self._wake.woken():  # cancelled by wake_up: nothing read, the page is asked again
                 return RecordsBySplits()
             raise
         events, self._events = tuple(self._events), []
@@ -185,38 +174,18 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         return pa.RecordBatch.from_arrays(arrays, schema=table.schema), after
 
     def _query(self, connection: _Connection, sql: str) -> pa.RecordBatch:
-        with self._guard:
-            if self._woken.is_set():  # woken before the query: stop here (wake_up found nothing to cancel)
-                raise _Woken()
-            self._queries += 1
-            self._running = self._queries
-        try:
+        with self._wake.call():
             return connection.query(sql)
-        finally:
-            with self._guard:
-                self._running = 0
 
     def wake_up(self) -> None:
-        """Cut the running page's query short (libpq's cancel, through the driver): the fetch returns nothing, and
-        the next one asks for the page again in a new session, which imports the run's snapshot.
+        """Cut the running page's query short (libpq's cancel, through the driver, sent until the query ends: the
+        server ignores one that reaches it before the query; :class:`~splitsource.WakeUp`): the fetch returns
+        nothing, and the next one asks for the page again in a new session, which imports the run's snapshot."""
+        self._wake.wake_up()
 
-        The server ignores a cancel that reaches it before the query does (it is reading the query then), so the
-        cancel is sent again, a few times a second, until that query ends; never once the next one has begun."""
-        with self._guard:
-            self._woken.set()
-            running = self._running
-        if running:
-            threading.Thread(target=self._cancel_until_over, args=(running,), name="splitsource-postgres-wake-up",
-                             daemon=True).start()
-
-    def _cancel_until_over(self, query: int) -> None:
-        deadline = time.monotonic() + CANCEL_FOR_S
-        while time.monotonic() < deadline:
-            with self._guard:
-                if self._running != query or self._connection is None:
-                    return
-                self._connection.cancel()
-            time.sleep(CANCEL_EVERY_S)
+    def _cancel(self) -> None:
+        if self._connection is not None:
+            self._connection.cancel()
 
     def close(self) -> None:
         if self._connection is not None:
