@@ -207,20 +207,20 @@ def report(args: argparse.Namespace, times: dict[str, dict[str, list[float]]],
 
 def _goals(medians: dict[str, dict[str, float]]) -> dict[str, tuple[bool, str]]:
     goals: dict[str, tuple[bool, str]] = {}
-    peers = ("connectorx", "adbc", "duckdb", "dlt", "spark jdbc")
+    # issue 55's goals: at most 1.0x ADBC at 1M rows, at most 1.1x DuckDB at 1M and 5M, a 1-row table within 0.2 s
+    # of ConnectorX's fixed cost
     big, small = "bench_5000000", "bench_1000000"
-    if big in medians and "local engine" in medians[big]:
-        fastest = min((m for m in peers if m in medians[big]), key=lambda m: medians[big][m], default=None)
-        if fastest:
-            local, peer = medians[big]["local engine"], medians[big][fastest]
-            goals["5M: local engine at least as fast as the fastest peer"] = (
-                local <= peer, f"local {local:.2f} s, {fastest} {peer:.2f} s")
-    if small in medians and "local engine" in medians[small]:
-        local = medians[small]["local engine"]
-        for peer in ("adbc", "connectorx"):
-            if peer in medians[small]:
-                goals[f"1M: local engine ahead of {peer}"] = (
-                    local < medians[small][peer], f"local {local:.2f} s, {peer} {medians[small][peer]:.2f} s")
+    for table, peer, most in ((small, "adbc", 1.0), (small, "duckdb", 1.1), (big, "duckdb", 1.1)):
+        by = medians.get(table, {})
+        if "local engine" in by and peer in by:
+            ratio = by["local engine"] / by[peer]
+            goals[f"{table}: local engine at most {most}x {peer}"] = (
+                ratio <= most, f"{ratio:.2f}x (local {by['local engine']:.2f} s, {peer} {by[peer]:.2f} s)")
+    one = medians.get("bench_one", {})
+    if "local engine" in one and "connectorx" in one:
+        gap = one["local engine"] - one["connectorx"]
+        goals["bench_one: local engine within 0.2 s of connectorx"] = (
+            gap <= 0.2, f"{gap:+.2f} s (local {one['local engine']:.2f} s, connectorx {one['connectorx']:.2f} s)")
     for table in (small, big):
         by = medians.get(table, {})
         if "spark engine" in by and "spark jdbc" in by:
