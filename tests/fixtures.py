@@ -324,6 +324,18 @@ def polars_table(out: Path, fmt: str, **open_options: str) -> Any:
     return pl.scan_iceberg(open_table(str(out), **open_options)).collect()
 
 
+def first_split(source: Any) -> tuple[Any, Any]:
+    """``source``'s enumerator, started for one reader, and the first split it gives; close the enumerator once the
+    split is read (a PostgreSQL plan's snapshot lives as long as its enumerator)."""
+    from splitsource import FixedEnumeratorContext
+
+    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
+    enumerator.start()
+    split = enumerator.next_split()
+    assert split is not None, "the plan gave no split"
+    return enumerator, split
+
+
 def wait_for(predicate: Any, what: str, timeout: float, alive: Any = None) -> None:
     """Poll ``predicate`` until it holds, failing after ``timeout`` seconds, or at once when ``alive()`` says the
     process the test waits on has ended."""

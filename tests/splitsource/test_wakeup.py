@@ -10,7 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from splitsource import FixedEnumeratorContext, KeyRange, WakeUp, Woken
+from splitsource import KeyRange, WakeUp, Woken
+from tests.fixtures import first_split
 from tests.splitsource.custom_connector import UnsizedSource
 
 DEADLINE_S = 60.0
@@ -95,10 +96,7 @@ class LosingSource(UnsizedSource):
 def test_the_short_path_s_reader_is_woken_from_a_read_that_lost_the_first_interrupt() -> None:
     source = LosingSource({"rows": "250"})
     source.calls = LosingCall(lost=1)
-    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
-    enumerator.start()
-    split = enumerator.next_split()
-    assert split is not None
+    enumerator, split = first_split(source)
     reader = source.create_split_reader()
     reader.add_splits([split])
     fetched: list[Any] = []
@@ -116,5 +114,6 @@ def test_the_short_path_s_reader_is_woken_from_a_read_that_lost_the_first_interr
         if got.finished:
             break
     reader.close()
+    enumerator.close()
     assert keys == list(range(100))
 

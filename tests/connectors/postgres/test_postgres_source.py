@@ -17,7 +17,7 @@ from connectors.postgres import PostgresSource
 from connectors.postgres._reader import key_condition
 from splitsource import FixedEnumeratorContext, OptionsError, ValueRangeError, testing
 from tests.connectors.postgres.conftest import expected_events, make_events, options
-from tests.fixtures import PostgresServer
+from tests.fixtures import PostgresServer, first_split
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[3]
@@ -345,10 +345,7 @@ def test_a_wake_up_that_reaches_the_server_before_the_query_still_cancels_it(
     make_events(postgres15, table_name, 10)
     source = PostgresSource(options(postgres15, table_name, page_rows="5", split_size_mb="1",
                                     where="(SELECT pg_sleep(3)) IS NOT NULL"))
-    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
-    enumerator.start()
-    split = enumerator.next_split()
-    assert split is not None
+    enumerator, split = first_split(source)
     reader = source.create_split_reader()
     reader.add_splits([split])
     sending, cancels = threading.Event(), []
@@ -383,6 +380,7 @@ def test_a_wake_up_that_reaches_the_server_before_the_query_still_cancels_it(
         got = reader.fetch()
         rows += [i for _, (page, _) in got.batches for i in page.column("id").to_pylist()]
     reader.close()
+    enumerator.close()
     assert sorted(rows) == sorted(expected_events(10))  # the page read again: each row once
 
 
@@ -404,10 +402,7 @@ def test_a_reader_counts_money_in_the_planner_s_locale(postgres15: PostgresServe
     assert table.lc_monetary == default and str(table.schema.field("m").type) == "decimal128(19, 2)"
     planned = dataclasses.replace(table, lc_monetary="POSIX" if default != "POSIX" else "C")
     reader = _reader.PostgresSplitReader(source.options, planned)
-    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
-    enumerator.start()
-    split = enumerator.next_split()
-    assert split is not None
+    enumerator, split = first_split(source)
     connection = reader._connection_for(split)
     setting = connection.query("SELECT current_setting('lc_monetary')").column(0)[0].as_py()
     reader.close()
@@ -422,4 +417,5 @@ def test_a_reader_counts_money_in_the_planner_s_locale(postgres15: PostgresServe
         for _, (page, _) in got.batches:
             values.update(zip(page.column("id").to_pylist(), page.column("m").to_pylist(), strict=True))
     reader.close()
+    enumerator.close()
     assert values == {1: decimal.Decimal("1234.56"), 2: decimal.Decimal("-92233720368547758.08")}
