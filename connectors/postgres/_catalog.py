@@ -213,13 +213,14 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
         "columns": [list(r) for r in rows],
         "key": list(_key(conn, oid)),
         "relations": [r[0] for r in leaves] or [qualified],
-        "version": int(conn.execute("SHOW server_version_num").fetchone()[0]),
-        # a money value's number of fractional digits (its locale's), and that locale, which readers then set
-        "money": list(conn.execute("SELECT scale('0'::money::numeric), current_setting('lc_monetary')").fetchone()),
-        # which cluster and database this is (Source.origin): asked here, in the session that describes the table
-        "origin": list(conn.execute("SELECT system_identifier::text, current_database() "
-                                    "FROM pg_control_system()").fetchone()),
     }
+    # in one round trip: the server's version; a money value's number of fractional digits (its locale's) and that
+    # locale, which readers then set; which cluster and database this is (Source.origin)
+    version, scale, lc_monetary, system, database = conn.execute(
+        "SELECT current_setting('server_version_num')::int, scale('0'::money::numeric), "
+        "current_setting('lc_monetary'), system_identifier::text, current_database() FROM pg_control_system()"
+    ).fetchone()
+    catalog.update(version=version, money=[scale, lc_monetary], origin=[system, database])
     return _table(table, catalog, json.dumps(catalog), columns, text_columns, decimal)
 
 
@@ -300,8 +301,8 @@ def _column(name: str, type_name: str, domain_of: str | None, base: str, nullabl
     if base == "money" and not as_text:
         decimal = money  # its int64 of cents (of its locale's fraction) exactly: 19 digits
     if decimal is not None:
-        return Column(name, type_name, base, decimal, f"{ident(name)}::{'numeric::' if base == 'money' else ''}text",
-                      nullable)
+        text = f"{ident(name)}::numeric::text" if base == "money" else f"{ident(name)}::text"
+        return Column(name, type_name, base, decimal, text, nullable)
     uuid = base == "uuid" and not as_text
     native = pa.string() if uuid else _NATIVE.get(base)
     if native is None or as_text:

@@ -135,7 +135,7 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
     def _page(self, split: PostgresSplit) -> tuple[pa.RecordBatch, PostgresSplit]:
         table, options = self._table, self._options
         columns = [c.select for c in table.columns]
-        shapes = [f"{c.shape_check} AS __a{i}" for i, c in enumerate(table.columns) if c.listed]
+        shapes = [f"{c.shape_check} AS {_shape_column(i)}" for i, c in enumerate(table.columns) if c.listed]
         conditions = [f"({options.where})"] if options.where else []
         if self._since is not None:
             conditions.append(changed_since(split.relation, self._since))
@@ -248,13 +248,18 @@ class _Connection:
         self._handles = []
 
 
+def _shape_column(index: int) -> str:
+    """The page column of the shape check of the array column at ``index`` (:attr:`Column.shape_check`)."""
+    return f"__a{index}"
+
+
 def _refuse_shapes(table: Table, page: pa.RecordBatch) -> None:
     """Fail, in one line naming the column, the row's key and the option to use, when an array column holds an
-    array Arrow's list would not hold as it is (its shape check, page column ``__a<the column's place>``, is
-    true)."""
+    array Arrow's list would not hold as it is (its shape check is true)."""
     for i, column in enumerate(table.columns):
-        if column.listed and page.column(f"__a{i}").true_count:
-            row = page.column(f"__a{i}").to_pylist().index(True)
+        check = page.column(_shape_column(i)) if column.listed else None
+        if check is not None and check.true_count:
+            row = check.to_pylist().index(True)
             raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label} holds an array of "
                                   f"more than one dimension, or whose first index is not 1{_row_key(table, page, row)},"
                                   f" which Arrow's {column.arrow} cannot hold as it is; add -o text_columns="
@@ -268,8 +273,13 @@ def _arrays(table: Table, page: pa.RecordBatch) -> list[pa.Array]:
             for i, c in enumerate(table.columns)]
 
 
+def _same_row(index: int) -> int:
+    """The page row of a scalar column's value ``index``: itself (an array's items: :func:`_item_rows`)."""
+    return index
+
+
 def _values(table: Table, column: Column, page: pa.RecordBatch, values: pa.Array,
-            rows: Callable[[int], int] = lambda i: i) -> pa.Array:
+            rows: Callable[[int], int] = _same_row) -> pa.Array:
     """``values`` (a column's, or an array column's items, the ``rows(i)``-th page row holding item ``i``) as the
     column's Arrow type of one value."""
     if column.uuid_bytes:
@@ -352,10 +362,10 @@ def _refuse_beyond_arrow(table: Table, arrays: list[pa.Array], page: pa.RecordBa
     buffer: pyarrow.compute would cost a reader's process 0.07 s to import."""
     for column, array in zip(table.columns, arrays, strict=True):
         beyond = column.beyond_arrow
-        rows: Callable[[int], int] = lambda i: i  # noqa: E731
-        if beyond is not None and column.listed:
-            array, rows = array.values, _item_rows(array)
-        if beyond is None or not len(array):
+        if beyond is None:
+            continue
+        array, rows = (array.values, _item_rows(array)) if column.listed else (array, _same_row)
+        if not len(array):
             continue
         (low, high), what = beyond
         start, end = array.offset, array.offset + len(array)
