@@ -19,7 +19,7 @@ import pytest
 
 from connectors.cassandra import CassandraSource
 from splitsource.runtime import InProcessRuntime, RetryPolicy, read_local
-from tests.fixtures import wait_for
+from tests.fixtures import insert_rows, wait_for
 
 from .test_cassandra_source import checksum
 
@@ -53,8 +53,6 @@ class Ring:
 
 @pytest.fixture(scope="module")
 def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
-    from cassandra.concurrent import execute_concurrent_with_args
-
     from scripts.cassandra import start, stop
 
     reuse = os.environ.get("SPLITSOURCE_RING_DIR")  # a cluster already started with --first 3 --nodes 2
@@ -75,7 +73,7 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
         session.execute(f"CREATE TABLE {KS}.events (id bigint PRIMARY KEY, kind text, payload blob)")
         insert = session.prepare(f"INSERT INTO {KS}.events (id, kind, payload) VALUES (?, ?, ?)")
         args = [(i, f"k{i % 13}", i.to_bytes(8, "big") * 8) for i in range(ROWS)]
-        execute_concurrent_with_args(session, insert, args, concurrency=64, raise_on_first_error=True)
+        insert_rows(session, insert, args)
     finally:
         cluster.shutdown()
     for index in range(FIRST, FIRST + NODES):

@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.fixtures import insert_rows
 from tests.splitsource.copyjob.test_copy import finished, kill_and_rerun, run
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.spark, pytest.mark.slow]
@@ -18,8 +19,6 @@ ROWS = 30_000
 
 @pytest.fixture(scope="module")
 def table(cassandra: Any) -> Any:
-    from cassandra.concurrent import execute_concurrent_with_args
-
     columns = ("day date, id bigint, kind text, amount decimal, tags set<text>, "
                "at timestamp, PRIMARY KEY ((day, id))")
     with cassandra.fresh_table(KS, "events", columns) as session:
@@ -30,7 +29,7 @@ def table(cassandra: Any) -> Any:
 
         args = [(date(2024, 1, 1) + timedelta(days=i % 30), i, f"k{i % 7}" if i % 11 else None,
                  Decimal(i) / 100, {f"t{i % 3}", f"u{i % 5}"} if i % 4 else None) for i in range(ROWS)]
-        execute_concurrent_with_args(session, insert, args, concurrency=64, raise_on_first_error=True)
+        insert_rows(session, insert, args)
     if cassandra.root is not None:
         cassandra.nodetool("flush", KS)
     return cassandra
@@ -186,11 +185,8 @@ def test_verify_names_the_splits_whose_rows_changed_after_the_copy(cassandra: An
     import re
 
     with cassandra.fresh_table(KS, "ledger", "id bigint PRIMARY KEY, v int") as session:
-        from cassandra.concurrent import execute_concurrent_with_args
-
         insert = session.prepare(f"INSERT INTO {KS}.ledger (id, v) VALUES (?, ?)")
-        execute_concurrent_with_args(session, insert, [(i, i) for i in range(2_000)], concurrency=64,
-                                     raise_on_first_error=True)
+        insert_rows(session, insert, [(i, i) for i in range(2_000)])
         out = tmp_path / "ledger"
         args = source_args(cassandra, table="ledger")
         engine_args = ["--engine", "local", "--workers", "2"] if engine == "local" else []
@@ -240,11 +236,8 @@ def test_verify_names_the_key_column_and_token_range_of_one_value_changed_in_a_p
     import pyarrow.parquet as pq
 
     with cassandra.fresh_table(KS, "onevalue", "id bigint PRIMARY KEY, v int, w text") as session:
-        from cassandra.concurrent import execute_concurrent_with_args
-
         insert = session.prepare(f"INSERT INTO {KS}.onevalue (id, v, w) VALUES (?, ?, ?)")
-        execute_concurrent_with_args(session, insert, [(i, i * 3, f"w{i}") for i in range(3_000)], concurrency=64,
-                                     raise_on_first_error=True)
+        insert_rows(session, insert, [(i, i * 3, f"w{i}") for i in range(3_000)])
         out = tmp_path / "onevalue"
         args = source_args(cassandra, table="onevalue")
         copied = run(["copy", *args, "--engine", "local", "--workers", "2", "--output", str(out), "--quiet"])

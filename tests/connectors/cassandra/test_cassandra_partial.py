@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
+from tests.fixtures import insert_rows
 from tests.splitsource.copyjob.test_copy import run
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
@@ -19,12 +20,9 @@ PARTITIONS, ROWS_EACH = 400, 5
 
 @pytest.fixture(scope="module")
 def table(cassandra: Any) -> Any:
-    from cassandra.concurrent import execute_concurrent_with_args
-
     with cassandra.fresh_table(KS, "parts", "pk int, ck int, v text, PRIMARY KEY (pk, ck)") as session:
         insert = session.prepare(f"INSERT INTO {KS}.parts (pk, ck, v) VALUES (?, ?, ?)")
-        execute_concurrent_with_args(session, insert, [(pk, ck, f"{pk}/{ck}") for pk in range(PARTITIONS)
-                                                       for ck in range(ROWS_EACH)], concurrency=64)
+        insert_rows(session, insert, [(pk, ck, f"{pk}/{ck}") for pk in range(PARTITIONS) for ck in range(ROWS_EACH)])
         # the truth about tokens, from the server's own token() function
         tokens = {row[0]: row[1] for row in session.execute(f"SELECT DISTINCT pk, token(pk) FROM {KS}.parts")}
     assert len(tokens) == PARTITIONS

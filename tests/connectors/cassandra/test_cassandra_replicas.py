@@ -31,7 +31,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from tests.connectors.cassandra.hung_port import HungPort
-from tests.fixtures import ROOT
+from tests.fixtures import ROOT, insert_rows
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 NODES, DCS = 3, ("dc1", "dc1", "dc2")
@@ -129,7 +129,6 @@ def wait_until_seen(root: Path, index: int, up: bool, timeout: float = 120) -> N
 @pytest.fixture(scope="module")
 def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
     from cassandra import ConsistencyLevel
-    from cassandra.concurrent import execute_concurrent_with_args
 
     from scripts.cassandra import start, stop
     from tests.fixtures import free_loopback_block
@@ -156,9 +155,8 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
                             "'dc1': 2, 'dc2': 1}")
             session.execute(f"CREATE TABLE {KS}.{TABLE} (id bigint PRIMARY KEY, payload blob)")
             insert = session.prepare(f"INSERT INTO {KS}.{TABLE} (id, payload) VALUES (?, ?)")
-            insert.consistency_level = ConsistencyLevel.ALL  # every replica holds every row before one is lost
-            execute_concurrent_with_args(session, insert, [(i, i.to_bytes(8, "big") * 25) for i in range(ROWS)],
-                                         concurrency=64, raise_on_first_error=True)
+            # every replica holds every row before one is lost
+            insert_rows(session, insert, [(i, i.to_bytes(8, "big") * 25) for i in range(ROWS)], ConsistencyLevel.ALL)
         finally:
             cluster.shutdown()
         yield ring

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures import wait_for
+from tests.fixtures import insert_rows, wait_for
 from tests.splitsource.copyjob.test_copy import CLI, run
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
@@ -57,8 +57,6 @@ class Node:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    from cassandra.concurrent import execute_concurrent_with_args
-
     from scripts.cassandra import start, stop
     from tests.fixtures import free_loopback_block
 
@@ -79,8 +77,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
                             "'replication_factor': 1}")
             session.execute(f"CREATE TABLE {KS}.events (id bigint PRIMARY KEY, kind text)")
             insert = session.prepare(f"INSERT INTO {KS}.events (id, kind) VALUES (?, ?)")
-            execute_concurrent_with_args(session, insert, [(i, f"k{i % 7}") for i in range(ROWS)], concurrency=64,
-                                         raise_on_first_error=True)
+            insert_rows(session, insert, [(i, f"k{i % 7}") for i in range(ROWS)])
         finally:
             cluster.shutdown()
         from scripts.cassandra import nodetool

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from tests.fixtures import ROOT
+from tests.fixtures import ROOT, insert_rows
 from tests.pki import PASSWORD, PKI, make_ca, make_pki
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
@@ -79,10 +79,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
                             "{'class': 'SimpleStrategy', 'replication_factor': 1}")
             session.execute(f"CREATE TABLE {KS}.{TABLE} (id int PRIMARY KEY, item text)")
             insert = session.prepare(f"INSERT INTO {KS}.{TABLE} (id, item) VALUES (?, ?)")
-            from cassandra.concurrent import execute_concurrent_with_args
-
-            execute_concurrent_with_args(session, insert, [(i, f"item-{i}") for i in range(ROWS)], concurrency=64,
-                                         raise_on_first_error=True)
+            insert_rows(session, insert, [(i, f"item-{i}") for i in range(ROWS)])
             session.execute(f"CREATE ROLE {READER} WITH PASSWORD = '{READER_PASSWORD}' AND LOGIN = true")
             session.execute(f"GRANT SELECT ON KEYSPACE {KS} TO {READER}")
             session.execute("CREATE ROLE nobody WITH PASSWORD = 'nobody-pw' AND LOGIN = true")

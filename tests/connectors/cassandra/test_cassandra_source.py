@@ -17,6 +17,7 @@ import pytest
 from connectors.cassandra import CassandraConnectionError, CassandraSource
 from splitsource import OptionsError, read_local, testing
 from splitsource.runtime import RetryPolicy, SourceReader
+from tests.fixtures import insert_rows
 
 pytestmark = pytest.mark.cassandra
 KS = "splitsource_test"
@@ -26,8 +27,6 @@ INSERTED = [(f"r{i % 7}", i // 2, i % 2, i * 0.5, None if i % 10 == 0 else f"not
 
 @pytest.fixture(scope="module")
 def loaded(cassandra: Any) -> Iterator[Any]:
-    from cassandra.concurrent import execute_concurrent_with_args
-
     cluster, session = cassandra.session()
     session.execute(f"CREATE KEYSPACE IF NOT EXISTS {KS} WITH replication = "
                     "{'class': 'SimpleStrategy', 'replication_factor': 1}")
@@ -35,7 +34,7 @@ def loaded(cassandra: Any) -> Iterator[Any]:
     session.execute(f"CREATE TABLE {KS}.orders (region text, id int, seq int, amount double, note text, "
                     "PRIMARY KEY ((region, id), seq))")
     insert = session.prepare(f"INSERT INTO {KS}.orders (region, id, seq, amount, note) VALUES (?, ?, ?, ?, ?)")
-    execute_concurrent_with_args(session, insert, INSERTED, concurrency=64, raise_on_first_error=True)
+    insert_rows(session, insert, INSERTED)
     cassandra.nodetool("flush", KS)
     cassandra.nodetool("refreshsizeestimates")
     yield cassandra
