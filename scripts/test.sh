@@ -62,6 +62,11 @@ done
 python scripts/spark_tables.py jars delta --spark .venv/pyspark-4.2 >/dev/null
 python scripts/spark_tables.py jars iceberg --spark .venv/pyspark-4.1 >/dev/null
 
+# the project's own bytecode, as a wheel installs it: this machine sets PYTHONDONTWRITEBYTECODE, so every process
+# the suite starts (a copy, its workers, Spark's Python workers) would compile the package again (0.15 s of CPU each)
+python -m compileall -q -j 2 splitsource connectors serializers pyspark_splitsource pyspark_bucketing tests scripts \
+  conftest.py >/dev/null
+
 echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsource pyspark_bucketing tests scripts bench conftest.py
 echo "== mypy --strict"; mypy
 echo "== pytest"
