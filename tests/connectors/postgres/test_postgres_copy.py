@@ -22,6 +22,7 @@ import pytest
 
 from tests.connectors.postgres.conftest import cli_options, expected_events, make_events
 from tests.fixtures import ROOT, PostgresServer
+from tests.splitsource.copyjob.kill_points import ENGINE_POINTS
 from tests.splitsource.copyjob.test_copy import CLI, _polled_rows, kill_and_rerun
 
 pytestmark = pytest.mark.slow
@@ -60,8 +61,8 @@ def test_a_copy_is_exact_and_verifies(postgres: PostgresServer, table_name: str,
 @pytest.mark.parametrize("split_by,engine", [("key", "local"), ("blocks", "local"), ("key", "spark")])
 def test_a_sigkill_storm_ends_exact(postgres15: PostgresServer, table_name: str, tmp_path: Path,
                                     split_by: str, engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGKILLs of the copy (ten of the local engine, four of Spark), each at a named point of the batch after a
-    commit."""
+    """SIGKILLs of the copy (ten of the local engine at every named point, two of Spark where its tasks read), each
+    at a named point of the batch after a commit."""
     make_events(postgres15, table_name, 60_000)
     monkeypatch.setenv("PGPASSWORD", postgres15.env["PGPASSWORD"])
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this environment's
@@ -71,10 +72,11 @@ def test_a_sigkill_storm_ends_exact(postgres15: PostgresServer, table_name: str,
     args = ["copy", *cli_options(postgres15, table_name, split_size_mb=split_mb, page_rows="500", split_by=split_by),
             "--output", str(out), "--engine", engine, *(["--workers", "2"] if engine == "local" else []),
             "--max-splits-per-batch", "2", "--quiet"]
-    # a Spark engine's every third kill takes the coordinator alone: its JVM and Python workers find out themselves
-    # ten kills of the local engine, four of the Spark engine (each named point once: each restart starts a JVM)
-    kill_and_rerun(args, out, kills=10 if engine == "local" else 4, seed=7,
-                   coordinator_alone=lambda kill: engine == "spark" and kill % 3 == 2)
+    # a Spark engine's second kill takes the coordinator alone: its JVM and Python workers find out themselves
+    if engine == "local":
+        kill_and_rerun(args, out, kills=10, seed=7)
+    else:
+        kill_and_rerun(args, out, kills=2, seed=7, coordinator_alone=lambda kill: kill == 1, points=ENGINE_POINTS)
     ids = [r[0] for r in _rows(out, "id")]
     assert sorted(ids) == list(range(1, 60_001))
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,22 +78,24 @@ KILL_POINTS = Path(__file__).with_name("kill_points.py")
 
 def kill_and_rerun(args: list[str], out: Path | str, kills: int, seed: int, deadline_s: float = 240.0,
                    watch: Callable[[], object] | None = None,
-                   coordinator_alone: Callable[[int], bool] = lambda kill: False) -> str:
+                   coordinator_alone: Callable[[int], bool] = lambda kill: False,
+                   points: Sequence[str] | None = None) -> str:
     """Run the copy ``kills`` times, each SIGKILLed at a named point of the second batch that run handles (its
-    first commits: :mod:`tests.splitsource.copyjob.kill_points`), the points taken in turn from a shuffle seeded by
-    ``seed``; then run it to the end. The kills for which ``coordinator_alone`` says so hit the copy's own process
-    only, leaving its workers (and a Spark engine's JVM) to notice by themselves; the next run waits until no
-    process of the killed group is left. A copy held at a point cannot finish, so every kill lands in a running copy
-    however fast or slow the machine; a plan with too few batches for the kills fails the test by name. Returns the
-    final run's stdout after checking it read exactly what was not committed before it, and that every kill left
-    rows uncommitted."""
+    first commits: :mod:`tests.splitsource.copyjob.kill_points`), the points (all, or ``points``) taken in turn
+    from a shuffle seeded by ``seed``; then run it to the end. The kills for which ``coordinator_alone`` says so
+    hit the copy's own process only, leaving its workers (and a Spark engine's JVM) to notice by themselves; the
+    next run waits until no process of the killed group is left. A copy held at a point cannot finish, so every
+    kill lands in a running copy however fast or slow the machine; a plan with too few batches for the kills fails
+    the test by name. Returns the final run's stdout after checking it read exactly what was not committed before
+    it, and that every kill left rows uncommitted."""
     from tests.splitsource.copyjob.kill_points import POINTS
 
     rng = random.Random(seed)
-    points = [p for _ in range(kills // len(POINTS) + 1) for p in rng.sample(POINTS, len(POINTS))][:kills]
+    named = tuple(points or POINTS)
+    order = [p for _ in range(kills // len(named) + 1) for p in rng.sample(named, len(named))][:kills]
     left_at_kill = []  # rows committed right after each kill: each must leave work for a later run
     with tempfile.TemporaryDirectory() as gates:
-        for kill, point in enumerate(points):
+        for kill, point in enumerate(order):
             gate = Path(gates) / str(kill)
             gate.mkdir()
             proc = subprocess.Popen([sys.executable, str(KILL_POINTS), str(gate), point, *args],

@@ -256,16 +256,19 @@ def test_a_part_on_s3_must_fit_one_copy_request(s3: Any) -> None:
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_copies_to_s3_killed_many_times_end_exact(s3: Any, engine: str) -> None:
     from splitsource._fs import resolve_filesystem
+    from tests.splitsource.copyjob.kill_points import ENGINE_POINTS
     from tests.splitsource.copyjob.test_copy import GEN, kill_and_rerun, run
 
     uri = s3.uri(f"storm-{engine}")
     # 30 splits of 2,000 rows: a batch each, room for ten kills (the kills' restarts, not the rows, take the time)
     source = [a.replace("split_rows=4000", "split_rows=2000") for a in GEN]
     args = ["copy", *source, "--output", uri, "--max-splits-per-batch", "1", "--quiet", "--engine", engine]
-    # ten kills of the local engine, four of the Spark engine (each named point once: each restart starts a JVM): most
-    # take the whole process group, every third the coordinator alone
-    stdout = kill_and_rerun(args, uri, kills=10 if engine == "local" else 4, seed=29,
-                            coordinator_alone=lambda k: k % 3 == 2)
+    # ten kills of the local engine at every named point, most of the whole process group, every third of the
+    # coordinator alone; two of the Spark engine where its tasks run, the second of the coordinator alone
+    if engine == "local":
+        stdout = kill_and_rerun(args, uri, kills=10, seed=29, coordinator_alone=lambda k: k % 3 == 2)
+    else:
+        stdout = kill_and_rerun(args, uri, kills=2, seed=29, coordinator_alone=lambda k: k == 1, points=ENGINE_POINTS)
     assert "copy finished: 60,000 rows" in stdout
     check = run(["verify", *source, "--output", uri])
     assert check.returncode == 0 and check.stdout.startswith("MATCH"), check.stdout + check.stderr

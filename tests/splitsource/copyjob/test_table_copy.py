@@ -15,6 +15,7 @@ import pytest
 
 from splitsource.sink import open_table, parse_sink_options
 from tests.fixtures import polars_table
+from tests.splitsource.copyjob.kill_points import ENGINE_POINTS
 from tests.splitsource.copyjob.test_copy import kill_and_rerun, run
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("pyiceberg_planner")]
@@ -46,9 +47,14 @@ def test_a_table_copy_killed_ten_times_holds_every_row_once_and_one_commit_per_b
     source = [*GEN[:-1], GEN[-1] + ",flag:boolean?"]  # partitioned by a nullable bucket column
     args = ["copy", *source, *ENGINES[engine], "--output", str(out), "--table-format", fmt, "--bucketer", "columns",
             "--sink-option", "bucket_columns=flag", "--max-splits-per-batch", "1", "--quiet"]
-    # ten kills of the local engine, four of the Spark engine (each named point once: each restart starts a JVM)
-    stdout = kill_and_rerun(args, out, kills=10 if engine == "local" else 4, seed=31 if fmt == "delta" else 37,
-                            coordinator_alone=lambda kill: kill % 3 == 2)
+    # ten kills of the local engine at every named point, every third of the coordinator alone; two of the Spark
+    # engine where its tasks run, the second of the coordinator alone (kill_points.ENGINE_POINTS)
+    seed = 31 if fmt == "delta" else 37
+    if engine == "local":
+        stdout = kill_and_rerun(args, out, kills=10, seed=seed, coordinator_alone=lambda kill: kill % 3 == 2)
+    else:
+        stdout = kill_and_rerun(args, out, kills=2, seed=seed, coordinator_alone=lambda kill: kill == 1,
+                                points=ENGINE_POINTS)
     assert f"copy finished: {ROWS:,} rows" in stdout
     frame = polars_table(out, fmt)
     assert frame.height == ROWS and sorted(frame["id"].to_list()) == list(range(ROWS))
