@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -15,18 +17,28 @@ from scripts.spark_standalone import standalone_cluster
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 
+@dataclass(frozen=True)
+class Standalone:
+    url: str
+    driver_only: Path  # on the driver's disk; each worker sees an empty tmpfs there
+
+
 @pytest.fixture(scope="module")
-def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A master and one worker started with the pyspark installation's own bin/spark-class, on loopback."""
-    with standalone_cluster(tmp_path_factory.mktemp("standalone")) as url:
-        yield url
+def standalone(tmp_path_factory: pytest.TempPathFactory, s3: object) -> Iterator[Standalone]:
+    """A master and two workers of one core each, started with the pyspark installation's own bin/spark-class, on
+    loopback: one cluster for the module (a start costs about 30 s on 2 cores). Started after the S3 server, whose
+    address its executors take from the environment the workers start in."""
+    driver_only = tmp_path_factory.mktemp("driver-only")
+    logs = tmp_path_factory.mktemp("standalone")
+    with standalone_cluster(logs, workers=2, cores=1, memory="1g", private_dir=driver_only) as url:
+        yield Standalone(url, driver_only)
 
 
-def test_read_on_a_standalone_cluster(standalone: str) -> None:
+def test_read_on_a_standalone_cluster(standalone: Standalone) -> None:
     script = textwrap.dedent(
         f"""
         from pyspark.sql import SparkSession
-        spark = (SparkSession.builder.master("{standalone}").appName("splitsource-cluster-test")
+        spark = (SparkSession.builder.master("{standalone.url}").appName("splitsource-cluster-test")
                  .config("spark.ui.enabled", "false").config("spark.executor.memory", "512m")
                  .config("spark.cores.max", "2").getOrCreate())
         df = (spark.read.format("splitsource").option("connector", "generator").option("rows", "200000")
@@ -55,20 +67,18 @@ def _copy(master: str, output: str, env: dict[str, str]) -> subprocess.Completed
 
 
 def test_a_cluster_copy_refuses_storage_its_executors_cannot_see_and_writes_s3_exactly(
-        tmp_path_factory: pytest.TempPathFactory, s3: object) -> None:
+        standalone: Standalone) -> None:
     from tests.splitsource.copyjob.test_object_store import _ids
 
-    shared = tmp_path_factory.mktemp("driver-only")  # on the driver's disk; each worker sees an empty tmpfs there
-    logs = tmp_path_factory.mktemp("standalone-private")
+    shared = standalone.driver_only
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    with standalone_cluster(logs, workers=2, cores=1, memory="1g", private_dir=shared) as url:
-        refused = _copy(url, str(shared / "out"), env)
-        assert refused.returncode == 2, refused.stderr[-3000:]
-        line = refused.stderr.strip().splitlines()[-1]
-        assert line.startswith(f"splitsource copy: output {shared / 'out'}: Spark's executors (on "), line
-        assert "write where this machine does not read" in line
-        assert list(shared.iterdir()) == [], "the refused copy left something behind"  # claimed nothing
-        done = _copy(url, "s3://lake/from-a-cluster", env)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert f"copy finished: {COPY_ROWS:,} rows" in done.stdout
+    refused = _copy(standalone.url, str(shared / "out"), env)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    line = refused.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"splitsource copy: output {shared / 'out'}: Spark's executors (on "), line
+    assert "write where this machine does not read" in line
+    assert list(shared.iterdir()) == [], "the refused copy left something behind"  # claimed nothing
+    done = _copy(standalone.url, "s3://lake/from-a-cluster", env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"copy finished: {COPY_ROWS:,} rows" in done.stdout
     assert _ids("s3://lake/from-a-cluster") == list(range(COPY_ROWS))
