@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -78,6 +79,8 @@ def test_every_type_is_copied_exactly_to_every_file_format(fidelity15: PostgresS
         if fmt == "parquet":
             assert_rows(plain_rows(pq.read_table(out)), expected_plain(), "parquet (pyarrow)")
             assert_rows(plain_rows(spark.read.parquet(str(out)).toArrow()), expected_plain(), "parquet (Spark)")
+            by_duckdb = duckdb.sql(f"SELECT * FROM read_parquet('{out}/**/*.parquet')").to_arrow_table()
+            assert_rows(plain_rows(by_duckdb), expected_plain(), "parquet (DuckDB)")
         elif fmt == "jsonl":
             assert_rows(json_lines(out), expected_json(), fmt)
         else:
