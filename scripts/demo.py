@@ -25,7 +25,7 @@ sys.path[0] = str(ROOT)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from scripts.cassandra import DEFAULT_DIR, cql_up, nodetool, start  # noqa: E402
+from scripts.cassandra import DEFAULT_DIR, cql_up, insert_rows, nodetool, start  # noqa: E402
 
 HOSTS = os.environ.get("SPLITSOURCE_CASSANDRA_HOSTS", "").strip()  # another node (the docs' tests: the suite's)
 
@@ -33,9 +33,7 @@ HOSTS = os.environ.get("SPLITSOURCE_CASSANDRA_HOSTS", "").strip()  # another nod
 def load(rows: int) -> bool:
     """Load ``rows`` rows into demo.events unless it holds exactly that many; True if it (re)loaded them."""
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
-    from cassandra.concurrent import execute_concurrent
     from cassandra.policies import RoundRobinPolicy
-    from cassandra.query import BatchStatement, BatchType
 
     profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy(), request_timeout=60)
     cluster = Cluster((HOSTS or "127.0.0.1").split(","), protocol_version=5,
@@ -56,15 +54,7 @@ def load(rows: int) -> bool:
         for lo in range(0, rows, step):  # the same rows every time: a reloaded table equals the one copied
             args = [(f"device-{i % 97}", i, epoch + timedelta(seconds=i), i * 0.25, "ok" if i % 13 else "alarm",
                      bytes(64)) for i in range(lo, min(lo + step, rows))]
-            # unlogged batches of 32 rows (about 3.5 KiB, under the server's batch warning): a request per row
-            # costs the driver and the node five times the CPU
-            batches = []
-            for at in range(0, len(args), 32):
-                batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-                for row in args[at:at + 32]:
-                    batch.add(insert, row)
-                batches.append((batch, ()))
-            execute_concurrent(session, batches, concurrency=16, raise_on_first_error=True)
+            insert_rows(session, insert, args)
             print(f"  loaded {min(lo + step, rows):,}/{rows:,} rows", flush=True)
     cluster.shutdown()
     if not HOSTS:  # the size estimates that split planning reads: only for the node this script runs

@@ -8,7 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,22 +102,6 @@ class CassandraNode:
         cluster = Cluster(self.hosts.split(","), port=self.port, protocol_version=5, connect_timeout=30,
                           control_connection_timeout=30, execution_profiles={EXEC_PROFILE_DEFAULT: profile})
         return cluster, cluster.connect()
-
-
-def insert_rows(session: Any, insert: Any, rows: Iterable[Sequence[Any]], consistency: Any = None) -> None:
-    """Every row through the prepared ``insert``, in unlogged batches of 32 (under Cassandra's 5 KiB batch warning
-    for the tests' rows): a request per row costs the driver and the node five times the CPU (100,000 rows: 74 s
-    against 14 s on 2 cores); ``consistency`` is the batches' level (the driver's default without it)."""
-    from cassandra.concurrent import execute_concurrent
-    from cassandra.query import BatchStatement, BatchType
-
-    batches, rows = [], list(rows)
-    for start in range(0, len(rows), 32):
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED, consistency_level=consistency)
-        for row in rows[start:start + 32]:
-            batch.add(insert, row)
-        batches.append((batch, ()))
-    execute_concurrent(session, batches, concurrency=16, raise_on_first_error=True)
 
 
 # addresses of the session's node (the first free one); the two-node cluster uses 127.0.0.31-32, and the other

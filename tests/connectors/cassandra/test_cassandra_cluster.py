@@ -18,8 +18,9 @@ import pyarrow as pa
 import pytest
 
 from connectors.cassandra import CassandraSource
+from scripts.cassandra import insert_rows
 from splitsource.runtime import InProcessRuntime, RetryPolicy, read_local
-from tests.fixtures import insert_rows, wait_for
+from tests.fixtures import wait_for
 
 from .test_cassandra_source import checksum
 

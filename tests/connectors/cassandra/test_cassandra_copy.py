@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.fixtures import insert_rows
+from scripts.cassandra import insert_rows
 from tests.splitsource.copyjob.kill_points import ENGINE_POINTS
 from tests.splitsource.copyjob.test_copy import finished, kill_and_rerun, run
 

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from tests.fixtures import insert_rows
+from scripts.cassandra import insert_rows
 from tests.splitsource.copyjob.test_copy import run
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]

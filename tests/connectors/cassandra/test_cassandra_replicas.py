@@ -30,8 +30,9 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
+from scripts.cassandra import insert_rows
 from tests.connectors.cassandra.hung_port import HungPort
-from tests.fixtures import ROOT, insert_rows
+from tests.fixtures import ROOT
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]
 NODES, DCS = 3, ("dc1", "dc1", "dc2")

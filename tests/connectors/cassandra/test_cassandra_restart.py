@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures import insert_rows, wait_for
+from scripts.cassandra import insert_rows
+from tests.fixtures import wait_for
 from tests.splitsource.copyjob.test_copy import CLI, run
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]

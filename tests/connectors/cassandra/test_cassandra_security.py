@@ -20,7 +20,8 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from tests.fixtures import ROOT, insert_rows
+from scripts.cassandra import insert_rows
+from tests.fixtures import ROOT
 from tests.pki import PASSWORD, PKI, make_ca, make_pki
 
 pytestmark = [pytest.mark.cassandra, pytest.mark.slow]

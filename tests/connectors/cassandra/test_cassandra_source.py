@@ -15,9 +15,9 @@ import pyarrow.compute as pc
 import pytest
 
 from connectors.cassandra import CassandraConnectionError, CassandraSource
+from scripts.cassandra import insert_rows
 from splitsource import OptionsError, read_local, testing
 from splitsource.runtime import RetryPolicy, SourceReader
-from tests.fixtures import insert_rows
 
 pytestmark = pytest.mark.cassandra
 KS = "splitsource_test"
