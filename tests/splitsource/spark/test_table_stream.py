@@ -1,10 +1,10 @@
-"""A streaming write into a table, SIGKILLed while it runs and started again from its checkpoint: each micro-batch
-is committed to the table once (the sink's commit log and the table's tags make a replayed batch a no-op)."""
+"""A streaming write into a table, SIGKILLed at named points of its micro-batches' commits and started again from its
+checkpoint: each micro-batch is committed to the table once (the sink's commit log and the table's tags make a
+replayed batch a no-op). The points are ``table_stream_job.POINTS``: no verdict depends on how fast the query runs."""
 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -18,7 +18,9 @@ from splitsource.sink import open_table, parse_sink_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 JOB = Path(__file__).parent / "table_stream_job.py"
-FILES, ROWS_PER_FILE = 12, 50
+FILES, ROWS_PER_FILE = 8, 50
+# (micro-batch, point) of each run that is killed; a later run resumes from the checkpoint the kill left
+KILLS = ((1, "written"), (3, "published"), (5, "committed"))
 
 
 def _committed(out: Path, fmt: str) -> int:
@@ -42,29 +44,29 @@ def test_a_stream_into_a_table_killed_and_restarted_commits_each_micro_batch_onc
         (source / f"f{n:02d}.json").write_text(
             "".join(f'{{"id": {n * ROWS_PER_FILE + i}}}\n' for i in range(ROWS_PER_FILE)))
     args = [sys.executable, str(JOB), str(source), str(out), str(checkpoint), fmt]
-    rng = random.Random(5)
-    kills = 0
-    for _ in range(3):
-        before = _committed(out, fmt)
-        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for batch, point in KILLS:
+        gate = tmp_path / f"gate-{batch}"
+        gate.mkdir()
+        proc = subprocess.Popen([*args, str(gate), str(batch), point], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 180
-        while _committed(out, fmt) <= before:
-            assert proc.poll() is None, "the query ended before committing anything new"
-            assert time.monotonic() < deadline, "no micro-batch committed within 180 s"
+        while not (gate / "reached").exists():
+            assert proc.poll() is None, f"the query ended before micro-batch {batch} reached {point}"
+            assert time.monotonic() < deadline, f"micro-batch {batch} did not reach {point} within 180 s"
             time.sleep(0.05)
-        time.sleep(rng.uniform(0, 0.5))  # somewhere in the next micro-batch
-        assert proc.poll() is None, "the query finished before the kill: the test proves nothing"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        kills += 1
-    assert 0 < _committed(out, fmt) < FILES, "the kills did not land mid-stream"
+        # the kill landed where it was named: the sink's log holds the batches before it, and this one once its
+        # sink commit was logged
+        assert _committed(out, fmt) == batch + (point != "written"), point
+        assert (batch in _table_batches(out, fmt)) == (point != "written"), point  # the table's commit, before ours
     final = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert final.returncode == 0, final.stderr[-3000:]
     frame = pl.read_delta(str(out)) if fmt == "delta" else pl.scan_iceberg(open_table(str(out))).collect()
     assert sorted(frame["id"].to_list()) == list(range(FILES * ROWS_PER_FILE))
     # each micro-batch Spark committed is one table commit, tagged with its batch id, and no other commit
     spark_batches = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    assert _table_batches(out, fmt) == spark_batches, f"after {kills} kills"
+    assert _table_batches(out, fmt) == spark_batches == list(range(FILES))
     committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()
     assert committer.table is not None
     tags = [c.seq for c in committer.table.history(committer) if c.seq is not None]
