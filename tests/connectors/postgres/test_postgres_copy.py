@@ -6,10 +6,8 @@ behind the re-run); and verify names the rows that differ."""
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -23,7 +21,7 @@ import pytest
 from tests.connectors.postgres.conftest import cli_options, expected_events, make_events
 from tests.fixtures import ROOT, PostgresServer
 from tests.splitsource.copyjob.kill_points import ENGINE_POINTS
-from tests.splitsource.copyjob.test_copy import CLI, _polled_rows, kill_and_rerun
+from tests.splitsource.copyjob.test_copy import CLI, _polled_rows, kill_and_rerun, kill_at
 
 pytestmark = pytest.mark.slow
 
@@ -227,15 +225,10 @@ def test_wrong_password_and_missing_privilege_are_one_line(postgres15: PostgresS
 
 
 def _killed_after_a_commit(server: PostgresServer, args: list[str], out: Path) -> None:
-    """Start ``splitsource copy args`` and SIGKILL it once it has committed a batch into ``out``."""
-    proc = subprocess.Popen([*CLI, "copy", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=server.run_env(), start_new_session=True)
-    deadline = time.monotonic() + 120
-    while _polled_rows(out) == 0:
-        assert proc.poll() is None and time.monotonic() < deadline, "the copy committed nothing"
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    """Run ``splitsource copy args`` and SIGKILL it once it has committed a batch into ``out`` (held where its
+    second batch is planned)."""
+    kill_at(["copy", *args], "planned", env=server.run_env())
+    assert _polled_rows(out) > 0
 
 
 def test_a_column_added_between_a_kill_and_the_rerun_is_refused(postgres15: PostgresServer, table_name: str,

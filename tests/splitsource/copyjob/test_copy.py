@@ -94,34 +94,10 @@ def kill_and_rerun(args: list[str], out: Path | str, kills: int, seed: int, dead
     named = tuple(points or POINTS)
     order = [p for _ in range(kills // len(named) + 1) for p in rng.sample(named, len(named))][:kills]
     left_at_kill = []  # rows committed right after each kill: each must leave work for a later run
-    with tempfile.TemporaryDirectory() as gates:
-        for kill, point in enumerate(order):
-            gate = Path(gates) / str(kill)
-            gate.mkdir()
-            proc = subprocess.Popen([sys.executable, str(KILL_POINTS), str(gate), point, *args],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-            deadline = time.monotonic() + deadline_s
-            while not (gate / "reached").exists():
-                if watch is not None:
-                    watch()
-                if proc.poll() is not None:
-                    raise AssertionError(
-                        f"kill {kill + 1}: the copy exited ({proc.returncode}) before reaching {point!r} of its "
-                        f"second batch: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
-                assert time.monotonic() < deadline, f"kill {kill + 1}: {point!r} not reached within {deadline_s}s"
-                time.sleep(0.02)
-            if watch is not None:
-                watch()  # what the test looks for at the instant of the kill
-            if coordinator_alone(kill):
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-                _wait_for_group_to_end(proc.pid, kill)
-            else:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            if proc.stderr:
-                proc.stderr.close()
-            left_at_kill.append(committed_rows(out))
+    for kill, point in enumerate(order):
+        kill_at(args, point, deadline_s=deadline_s, watch=watch, alone=coordinator_alone(kill),
+                label=f"kill {kill + 1}")
+        left_at_kill.append(committed_rows(out))
     before = committed_rows(out)
     final = run(args)
     assert final.returncode == 0, final.stderr[-3000:]
@@ -134,7 +110,39 @@ def kill_and_rerun(args: list[str], out: Path | str, kills: int, seed: int, dead
     return final.stdout
 
 
-def _wait_for_group_to_end(group: int, kill: int, timeout: float = 120.0) -> None:
+def kill_at(args: list[str], point: str, *, env: dict[str, str] | None = None, deadline_s: float = 240.0,
+            watch: Callable[[], object] | None = None, alone: bool = False, label: str = "the kill") -> None:
+    """Run ``splitsource args`` held at ``point`` of the second batch it handles (its first commits:
+    :mod:`tests.splitsource.copyjob.kill_points`) and SIGKILL it there: its process group, or with ``alone`` its
+    own process only, waiting until the processes it left (workers, a JVM) end by themselves. ``watch`` is called
+    while it waits and at the instant of the kill."""
+    with tempfile.TemporaryDirectory() as gate:
+        proc = subprocess.Popen([sys.executable, str(KILL_POINTS), gate, point, *args], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True, env=env)
+        deadline = time.monotonic() + deadline_s
+        while not (Path(gate) / "reached").exists():
+            if watch is not None:
+                watch()
+            if proc.poll() is not None:
+                raise AssertionError(
+                    f"{label}: the copy exited ({proc.returncode}) before reaching {point!r} of its second batch: "
+                    f"{proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+            assert time.monotonic() < deadline, f"{label}: {point!r} not reached within {deadline_s}s"
+            time.sleep(0.02)
+        if watch is not None:
+            watch()  # what the test looks for at the instant of the kill
+        if alone:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            _wait_for_group_to_end(proc.pid, label)
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def _wait_for_group_to_end(group: int, label: str, timeout: float = 120.0) -> None:
     """The processes the killed coordinator left (workers, a JVM) must end by themselves."""
     deadline = time.monotonic() + timeout
     while True:
@@ -144,7 +152,7 @@ def _wait_for_group_to_end(group: int, kill: int, timeout: float = 120.0) -> Non
             return
         if time.monotonic() > deadline:
             os.killpg(group, signal.SIGKILL)
-            raise AssertionError(f"kill {kill + 1}: the copy's processes outlived its coordinator by {timeout:.0f}s")
+            raise AssertionError(f"{label}: the copy's processes outlived its coordinator by {timeout:.0f}s")
         time.sleep(0.1)
 
 
