@@ -3,11 +3,11 @@
 The public API comes in three tiers, each in its own place:
 
 1. **The connector author's API** (this module): the contracts to subclass (:class:`Source`, :class:`Split`,
-   :class:`SplitState`, :class:`SplitEnumerator`, :class:`SplitReader`, :class:`RecordEmitter`), the helpers they
-   use (:class:`SplitQueue`, :class:`FixedEnumeratorContext`, :func:`option` and :class:`Secret`), the short path
-   for sources read in key ranges (:class:`KeyRangeSource`, with :class:`ResumeState` for any split that resumes by
-   one field), the error tree,
-   and :mod:`splitsource.testing`, the conformance kit. See ``docs/connector-guide.md``.
+   :class:`SplitState`, :class:`SplitEnumerator`, :class:`SplitReader`, :class:`RecordEmitter`), the split state
+   every connector here uses (:class:`ResumeState`, the default), the helpers they use (:class:`SplitQueue`,
+   :class:`FixedEnumeratorContext`, :func:`option` and :class:`Secret`), the short path for sources read in key
+   ranges (:class:`KeyRangeSource`), the error tree, and :mod:`splitsource.testing`, the conformance kit. See
+   ``docs/connector-guide.md``.
 2. **The runtime API** (:mod:`splitsource.runtime`): what drives a connector without Spark: :class:`SourceReader`,
    :class:`~splitsource.runtime.InProcessRuntime`, :func:`read_local`, :class:`RetryPolicy`.
 3. **The user's API**: :func:`copy` (here), :mod:`splitsource.copyjob` (:func:`verify`, the engines),
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         ReadEvent,
         RecordEmitter,
         RecordsBySplits,
+        ResumeState,
         Source,
         Split,
         SplitEnumerator,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
         SplitState,
     )
     from splitsource._copy_call import copy
-    from splitsource._keyrange import KeyRange, KeyRangePosition, KeyRangeSource, ResumeState
+    from splitsource._keyrange import KeyRange, KeyRangePosition, KeyRangeSource
     from splitsource._registry import BUILTIN_CONNECTORS, resolve_connector
     from splitsource._splits import SplitQueue
     from splitsource._state import (
@@ -77,10 +78,10 @@ if TYPE_CHECKING:
 # (0.3 s sooner); a connector's ``from splitsource import Source`` imports them as before
 _HOME = {
     **dict.fromkeys(("Boundedness", "Changes", "EnumeratorState", "FixedEnumeratorContext", "Predicate", "ReadEvent",
-                     "RecordEmitter", "RecordsBySplits", "Source", "Split", "SplitEnumerator",
+                     "RecordEmitter", "RecordsBySplits", "ResumeState", "Source", "Split", "SplitEnumerator",
                      "SplitEnumeratorContext", "SplitReader", "SplitState"), "splitsource._api"),
     "copy": "splitsource._copy_call",
-    **dict.fromkeys(("KeyRange", "KeyRangePosition", "KeyRangeSource", "ResumeState"), "splitsource._keyrange"),
+    **dict.fromkeys(("KeyRange", "KeyRangePosition", "KeyRangeSource"), "splitsource._keyrange"),
     **dict.fromkeys(("BUILTIN_CONNECTORS", "resolve_connector"), "splitsource._registry"),
     "SplitQueue": "splitsource._splits",
     **dict.fromkeys(("EnumeratorStateSerializer", "enumerator_state_from_bytes", "enumerator_state_to_bytes"),

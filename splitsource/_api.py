@@ -38,6 +38,7 @@ __all__ = [
     "Predicate",
     "ReadEvent",
     "RecordsBySplits",
+    "ResumeState",
     "Source",
     "Split",
     "SplitEnumerator",
@@ -107,6 +108,28 @@ class SplitState(abc.ABC, Generic[SplitT]):
 
     @abc.abstractmethod
     def to_split(self) -> SplitT: ...
+
+
+class ResumeState(SplitState[SplitT]):
+    """The split state of every connector here, and the default of :meth:`Source.create_split_state`:
+    ``remaining``, what is left of the split, which the record emitter moves on after each batch from the absolute
+    position the raw batch carries: ``state.advance(after=last_key)`` on a frozen dataclass split, or
+    ``state.remaining = split_left``. ``to_split()`` returns it. After the last batch of a split it must read
+    nothing (a key range: nothing after its last key; Cassandra's split: ``done``)."""
+
+    def __init__(self, split: SplitT) -> None:
+        self.remaining = split
+
+    @property
+    def split_id(self) -> str:
+        return self.remaining.split_id
+
+    def advance(self, **fields: Any) -> None:
+        """``remaining`` with ``fields`` replaced (``dataclasses.replace``)."""
+        self.remaining = dataclasses.replace(self.remaining, **fields)
+
+    def to_split(self) -> SplitT:
+        return self.remaining
 
 
 @dataclasses.dataclass(frozen=True)
@@ -354,8 +377,10 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
     @abc.abstractmethod
     def create_record_emitter(self) -> RecordEmitter[RawT, Any]: ...
 
-    @abc.abstractmethod
-    def create_split_state(self, split: SplitT) -> SplitState[SplitT]: ...
+    def create_split_state(self, split: SplitT) -> SplitState[SplitT]:
+        """The state the record emitter moves on while ``split`` is read: a :class:`ResumeState` unless a
+        connector needs a state of its own."""
+        return ResumeState(split)
 
     @abc.abstractmethod
     def split_serializer(self) -> SimpleVersionedSerializer[SplitT]: ...

@@ -39,21 +39,20 @@ from splitsource._api import (
     EnumeratorState,
     RecordEmitter,
     RecordsBySplits,
+    ResumeState,
     Source,
     Split,
     SplitEnumerator,
     SplitEnumeratorContext,
     SplitReader,
-    SplitState,
 )
 from splitsource._errors import OptionsError, ProtocolError
 from splitsource._splits import SplitQueue
 from splitsource._typed_options import Secret
 from splitsource._wakeup import WakeUp
 
-__all__ = ["KeyRange", "KeyRangePosition", "KeyRangeSource", "ResumeState"]
+__all__ = ["KeyRange", "KeyRangePosition", "KeyRangeSource"]
 
-SplitT = TypeVar("SplitT", bound=Split)
 OptionsT = TypeVar("OptionsT")
 Page = tuple[pa.RecordBatch, Any]  # what the emitter gets: a page's rows, and the key of the last
 
@@ -89,24 +88,6 @@ class KeyRangePosition:
     done: bool = False
     last: Any = None
     bounded: bool = False
-
-
-class ResumeState(SplitState[SplitT]):
-    """The state of any split that resumes by one of its fields: ``to_split()`` is the split with ``field`` set to
-    ``position``, which the record emitter moves on. A split whose last record was emitted is then one that reads
-    nothing (for a key range: nothing after its last key)."""
-
-    def __init__(self, split: SplitT, field: str) -> None:
-        self._split = split
-        self._field = field
-        self.position: Any = getattr(split, field)
-
-    @property
-    def split_id(self) -> str:
-        return self._split.split_id
-
-    def to_split(self) -> SplitT:
-        return dataclasses.replace(self._split, **{self._field: self.position})
 
 
 class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic[OptionsT]):
@@ -185,9 +166,6 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
 
     def create_record_emitter(self) -> RecordEmitter[Page, ResumeState[KeyRange]]:
         return _Emitter()
-
-    def create_split_state(self, split: KeyRange) -> SplitState[KeyRange]:
-        return ResumeState(split, "after")
 
     def split_serializer(self) -> SimpleVersionedSerializer[KeyRange]:
         return dataclass_serializer(KeyRange)
@@ -305,5 +283,5 @@ class _Reader(SplitReader[KeyRange, Page]):
 class _Emitter(RecordEmitter[Page, ResumeState[KeyRange]]):
     def emit(self, raw: Page, state: ResumeState[KeyRange]) -> pa.RecordBatch:
         batch, last = raw
-        state.position = last
+        state.advance(after=last)
         return batch

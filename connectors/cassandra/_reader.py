@@ -16,9 +16,17 @@ from connectors.cassandra._session import (
     RangeReplicas,
     shared_session,
 )
-from connectors.cassandra._splits import CassandraSplit, CassandraSplitState
+from connectors.cassandra._splits import CassandraSplit
 from connectors.cassandra._types import exact_protocol_handler
-from splitsource import ReadEvent, RecordEmitter, RecordsBySplits, SplitQueue, SplitReader, ValueRangeError
+from splitsource import (
+    ReadEvent,
+    RecordEmitter,
+    RecordsBySplits,
+    ResumeState,
+    SplitQueue,
+    SplitReader,
+    ValueRangeError,
+)
 
 __all__ = ["CassandraEmitter", "CassandraSplitReader"]
 
@@ -238,7 +246,7 @@ class _DownNodes:
         pass
 
 
-class CassandraEmitter(RecordEmitter[_Raw, CassandraSplitState]):
+class CassandraEmitter(RecordEmitter[_Raw, ResumeState[CassandraSplit]]):
     """Rows (tuples) to one Arrow batch, column by column; sets the state to the page's paging state."""
 
     def __init__(self, schema: pa.Schema, converters: Sequence[Any], keys: Sequence[str] = ()) -> None:
@@ -246,13 +254,12 @@ class CassandraEmitter(RecordEmitter[_Raw, CassandraSplitState]):
         self._converters = converters
         self._keys = [(name, schema.names.index(name)) for name in keys if name in schema.names]
 
-    def emit(self, raw: _Raw, state: CassandraSplitState) -> pa.RecordBatch | None:
+    def emit(self, raw: _Raw, state: ResumeState[CassandraSplit]) -> pa.RecordBatch | None:
         rows, next_state, page_size = raw
-        state.page_size = page_size
         if rows is None:  # the page size shrank; nothing was read
+            state.advance(page_size=page_size)
             return None
-        state.paging_state = next_state
-        state.done = next_state is None
+        state.advance(paging_state=next_state, done=next_state is None, page_size=page_size)
         if not rows:
             return None
         columns = list(zip(*rows, strict=True))

@@ -49,7 +49,6 @@ from connectors.cassandra._splits import (
     CASSANDRA_SPLIT_SERIALIZER,
     CassandraPosition,
     CassandraSplit,
-    CassandraSplitState,
 )
 from connectors.cassandra._tokens import PlanEntry, TokenRange
 from connectors.cassandra._types import arrow_type, column_converter, kind, select_expression
@@ -196,9 +195,6 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
     def create_record_emitter(self) -> CassandraEmitter:
         _, _, schema, converters = self._metadata()
         return CassandraEmitter(schema, converters, self.key_columns())
-
-    def create_split_state(self, split: CassandraSplit) -> CassandraSplitState:
-        return CassandraSplitState(split)
 
     def split_serializer(self) -> SimpleVersionedSerializer[CassandraSplit]:
         return CASSANDRA_SPLIT_SERIALIZER

@@ -1,4 +1,4 @@
-"""A token-range split, its mutable read state, the enumerator's position, and their versioned serializers."""
+"""A token-range split, the enumerator's position, and their versioned serializers."""
 
 from __future__ import annotations
 
@@ -7,14 +7,13 @@ from typing import Any
 
 from connectors.cassandra._tokens import PlanEntry
 from serializers import MsgpackRecordSerializer
-from splitsource import Split, SplitState
+from splitsource import Split
 
 __all__ = [
     "CASSANDRA_POSITION_SERIALIZER",
     "CASSANDRA_SPLIT_SERIALIZER",
     "CassandraPosition",
     "CassandraSplit",
-    "CassandraSplitState",
 ]
 
 
@@ -41,22 +40,6 @@ class CassandraSplit(Split):
     @property
     def estimated_size_bytes(self) -> int:
         return self.estimated_bytes
-
-
-class CassandraSplitState(SplitState[CassandraSplit]):
-    def __init__(self, split: CassandraSplit) -> None:
-        self.split = split
-        self.paging_state = split.paging_state
-        self.done = split.done
-        self.page_size = split.page_size
-
-    @property
-    def split_id(self) -> str:
-        return self.split.split_id
-
-    def to_split(self) -> CassandraSplit:
-        s = self.split
-        return CassandraSplit(s.start, s.end, s.estimated_bytes, self.paging_state, self.done, self.page_size)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from splitsource import (
     OptionsError,
     RecordEmitter,
     RecordsBySplits,
+    ResumeState,
     Source,
     Split,
     SplitEnumerator,
@@ -56,7 +57,6 @@ from splitsource import (
     SplitQueue,
     SplitReader,
     SplitReadError,
-    SplitState,
     TransientSplitReadError,
     option,
 )
@@ -207,7 +207,7 @@ def _column_values(column: Column, rows: np.ndarray, h: np.ndarray, mask: np.nda
 
 @dataclass(frozen=True)
 class GeneratorSplit(Split):
-    """Rows ``start``..``end`` (half-open) of split number ``index``; ``to_split`` narrows ``start``."""
+    """Rows ``start``..``end`` (half-open) of split number ``index``; its state moves ``start`` on."""
 
     index: int
     start: int
@@ -221,19 +221,6 @@ class GeneratorSplit(Split):
     @property
     def estimated_size_bytes(self) -> int:
         return (self.end - self.start) * self.row_bytes
-
-
-class GeneratorSplitState(SplitState[GeneratorSplit]):
-    def __init__(self, split: GeneratorSplit) -> None:
-        self.split = split
-        self.offset = split.start
-
-    @property
-    def split_id(self) -> str:
-        return self.split.split_id
-
-    def to_split(self) -> GeneratorSplit:
-        return GeneratorSplit(self.split.index, self.offset, self.split.end, self.split.row_bytes)
 
 
 @dataclass(frozen=True)
@@ -319,10 +306,10 @@ class GeneratorSplitReader(SplitReader[GeneratorSplit, _Raw]):
         self._woken.set()
 
 
-class GeneratorEmitter(RecordEmitter[_Raw, GeneratorSplitState]):
-    def emit(self, raw: _Raw, state: GeneratorSplitState) -> pa.RecordBatch:
+class GeneratorEmitter(RecordEmitter[_Raw, ResumeState[GeneratorSplit]]):
+    def emit(self, raw: _Raw, state: ResumeState[GeneratorSplit]) -> pa.RecordBatch:
         end, batch = raw
-        state.offset = end
+        state.advance(start=end)
         return batch
 
 
@@ -395,9 +382,6 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
 
     def create_record_emitter(self) -> GeneratorEmitter:
         return GeneratorEmitter()
-
-    def create_split_state(self, split: GeneratorSplit) -> GeneratorSplitState:
-        return GeneratorSplitState(split)
 
     def split_serializer(self) -> SimpleVersionedSerializer[GeneratorSplit]:
         return GENERATOR_SPLIT_SERIALIZER

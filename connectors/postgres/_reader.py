@@ -19,12 +19,13 @@ import pyarrow as pa
 from connectors.postgres._catalog import Column, Table, ident, literal, session_options
 from connectors.postgres._options import PostgresOptions, conninfo
 from connectors.postgres._session import login_error, one_line
-from connectors.postgres._splits import PostgresSplit, PostgresSplitState, narrowed
+from connectors.postgres._splits import PostgresSplit, narrowed
 from splitsource import (
     OptionsError,
     ReadEvent,
     RecordEmitter,
     RecordsBySplits,
+    ResumeState,
     SplitQueue,
     SplitReader,
     SplitReadError,
@@ -420,8 +421,8 @@ def key_condition(table: Table, split: PostgresSplit) -> list[str]:
     return out
 
 
-class PostgresEmitter(RecordEmitter[Raw, PostgresSplitState]):
-    def emit(self, raw: Raw, state: PostgresSplitState) -> pa.RecordBatch:
+class PostgresEmitter(RecordEmitter[Raw, ResumeState[PostgresSplit]]):
+    def emit(self, raw: Raw, state: ResumeState[PostgresSplit]) -> pa.RecordBatch:
         page, after = raw
         state.remaining = after
         return page

@@ -21,7 +21,7 @@ from connectors.postgres._enumerator import PostgresEnumerator
 from connectors.postgres._options import PostgresOptions
 from connectors.postgres._reader import PostgresEmitter, PostgresSplitReader
 from connectors.postgres._session import connect, errors_in_one_line, transient
-from connectors.postgres._splits import POSITIONS, SPLITS, PostgresPosition, PostgresSplit, PostgresSplitState
+from connectors.postgres._splits import POSITIONS, SPLITS, PostgresPosition, PostgresSplit
 from serializers import SimpleVersionedSerializer
 from splitsource import Changes, EnumeratorState, OptionsError, Predicate, Source, SplitEnumeratorContext
 
@@ -88,9 +88,6 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
 
     def create_record_emitter(self) -> PostgresEmitter:
         return PostgresEmitter()
-
-    def create_split_state(self, split: PostgresSplit) -> PostgresSplitState:
-        return PostgresSplitState(split)
 
     def split_serializer(self) -> SimpleVersionedSerializer[PostgresSplit]:
         return SPLITS

@@ -1,4 +1,4 @@
-"""A PostgreSQL split: a key range or a block range of one relation, its state, the plan, their serializers."""
+"""A PostgreSQL split: a key range or a block range of one relation, the plan, their serializers."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from serializers import MsgpackRecordSerializer
-from splitsource import Split, SplitState
+from splitsource import Split
 
-__all__ = ["POSITIONS", "SPLITS", "PostgresPosition", "PostgresSplit", "PostgresSplitState"]
+__all__ = ["POSITIONS", "SPLITS", "PostgresPosition", "PostgresSplit"]
 
 Key = tuple[str, ...]  # a key's values as the server prints them (cast back with the key columns' types)
 
@@ -41,20 +41,6 @@ class PostgresSplit(Split):
     @property
     def by_blocks(self) -> bool:
         return self.first_block >= 0
-
-
-class PostgresSplitState(SplitState[PostgresSplit]):
-    """The remaining split: the emitter sets it from each page (a page carries the split left after it)."""
-
-    def __init__(self, split: PostgresSplit) -> None:
-        self.remaining = split
-
-    @property
-    def split_id(self) -> str:
-        return self.remaining.split_id
-
-    def to_split(self) -> PostgresSplit:
-        return self.remaining
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ through the runtime under test."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -18,10 +18,9 @@ from connectors.generator._source import (
     GeneratorSource,
     GeneratorSplit,
     GeneratorSplitReader,
-    GeneratorSplitState,
 )
 from serializers import MsgpackRecordSerializer
-from splitsource import KeyRange, KeyRangeSource, Secret, option, testing
+from splitsource import KeyRange, KeyRangeSource, ResumeState, Secret, option, testing
 from splitsource._api import RecordsBySplits
 
 OPTIONS = {"rows": "2000", "split_rows": "200", "batch_rows": "50", "fetch_delay_ms": "2", "columns": "id:bigint"}
@@ -42,28 +41,34 @@ class ReplanOnRestore(GeneratorSource):
         return GeneratorEnumerator(self.options, context, pending=state.pending)
 
 
-class _SkippingState(GeneratorSplitState):
+class _SkippingState(ResumeState[GeneratorSplit]):
     def to_split(self) -> GeneratorSplit:
-        return GeneratorSplit(self.split.index, min(self.offset + 1, self.split.end), self.split.end,
-                              self.split.row_bytes)
+        left = self.remaining
+        return replace(left, start=min(left.start + 1, left.end))
 
 
 class SkipOnResume(GeneratorSource):
     """A resumed split starts one row past where its state says."""
 
-    def create_split_state(self, split: GeneratorSplit) -> GeneratorSplitState:
+    def create_split_state(self, split: GeneratorSplit) -> ResumeState[GeneratorSplit]:
         return _SkippingState(split)
 
 
-class _RestartingState(GeneratorSplitState):
+class _KeepsFirst(ResumeState[GeneratorSplit]):
+    def __init__(self, split: GeneratorSplit) -> None:
+        super().__init__(split)
+        self.first = split
+
+
+class _RestartingState(_KeepsFirst):
     def to_split(self) -> GeneratorSplit:
-        return self.split
+        return self.first
 
 
 class RepeatOnResume(GeneratorSource):
     """A resumed split starts over from its first row (the Spark Cassandra Connector's restart-from-zero)."""
 
-    def create_split_state(self, split: GeneratorSplit) -> GeneratorSplitState:
+    def create_split_state(self, split: GeneratorSplit) -> ResumeState[GeneratorSplit]:
         return _RestartingState(split)
 
 
@@ -140,16 +145,16 @@ class SerializerShortensLaterSplits(GeneratorSource):
         return _SHORTENING
 
 
-class _RenamingState(GeneratorSplitState):
+class _RenamingState(_KeepsFirst):
     def to_split(self) -> GeneratorSplit:
-        return GeneratorSplit(self.split.index + 1000 * (self.offset > self.split.start), self.offset,
-                              self.split.end, self.split.row_bytes)
+        left = self.remaining
+        return replace(left, index=left.index + 1000 * (left.start > self.first.start))
 
 
 class NarrowedSplitRenamed(GeneratorSource):
     """A narrowed split gets another id (the runtimes follow a split by its id)."""
 
-    def create_split_state(self, split: GeneratorSplit) -> GeneratorSplitState:
+    def create_split_state(self, split: GeneratorSplit) -> ResumeState[GeneratorSplit]:
         return _RenamingState(split)
 
 
