@@ -1,11 +1,12 @@
 """A write job run in its own process by the sink tests (to kill it, or to run Spark with task retries).
 
-    python sink_job.py <out> <rows> [--fail-once-dir D] [--slow]
+    python sink_job.py <out> <rows> [--fail-once-dir D] [--hold-dir D]
 
 Writes ``rows`` rows (id, k, payload) with ``format("bucketing")`` to ``<out>`` in ``local[2,4]`` (a task may fail
 up to 3 times). ``--fail-once-dir``: the first attempt of partition 1 fails halfway through its rows (and leaves
 a marker).
-``--slow``: sleep in every batch so a test can kill the job mid-write.
+``--hold-dir``: partition 0 holds halfway through its rows (its first rows passed on to the writer), touching
+``D/reached`` and waiting to be killed: the write cannot commit, however fast the machine.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+HOLD_S = 600.0  # a job nobody kills ends by itself
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # C1 only, and the serial collector: a job of seconds pays more for C2's and G1's threads than for its work on 2
@@ -27,7 +30,7 @@ def main() -> int:
 
     out, rows = sys.argv[1], int(sys.argv[2])
     fail_dir = sys.argv[sys.argv.index("--fail-once-dir") + 1] if "--fail-once-dir" in sys.argv else ""
-    slow = "--slow" in sys.argv
+    hold_dir = sys.argv[sys.argv.index("--hold-dir") + 1] if "--hold-dir" in sys.argv else ""
     spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
              .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1000").getOrCreate())
     spark.sparkContext.setLogLevel("OFF")
@@ -38,8 +41,12 @@ def main() -> int:
         marker = Path(fail_dir) / f"failed-{partition}" if fail_dir else None
         per = rows // 4
         for i in range(partition * per, (partition + 1) * per if partition < 3 else rows):
-            if slow and i % 1000 == 0:
-                time.sleep(0.3)
+            if hold_dir and partition == 0 and i == per // 2:
+                (Path(hold_dir) / "reached").touch()
+                deadline = time.monotonic() + HOLD_S
+                while time.monotonic() < deadline:
+                    time.sleep(0.05)
+                os._exit(3)
             if (marker is not None and partition == 1 and i == partition * per + per // 2
                     and TaskContext.get().attemptNumber() == 0):
                 marker.touch()

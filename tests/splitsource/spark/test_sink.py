@@ -212,13 +212,16 @@ def test_a_task_failing_mid_write_is_retried_without_extra_files(tmp_path: Path)
 
 
 def test_a_job_killed_mid_write_commits_nothing_and_the_rerun_is_exact(spark: Any, tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, str(JOB), str(out), "40000", "--slow"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    out, gate = tmp_path / "out", tmp_path / "gate"
+    gate.mkdir()
+    proc = subprocess.Popen([sys.executable, str(JOB), str(out), "40000", "--hold-dir", str(gate)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any(p.name.endswith(".in-progress") for p in out.rglob("*")):
-        time.sleep(0.1)
-    assert any(p.name.endswith(".in-progress") for p in out.rglob("*")), "the job never started writing"
+    # held halfway through partition 0's rows, whose first are with the writer: the job cannot commit
+    while not ((gate / "reached").exists() and any(p.name.endswith(".in-progress") for p in out.rglob("*"))):
+        assert proc.poll() is None, "the job ended before it was held mid-write"
+        assert time.monotonic() < deadline, "the job was not held mid-write, with a file in progress, within 120 s"
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert visible_files(out) == []  # killed before its commit: nothing is visible
