@@ -216,6 +216,8 @@ class Copy:
             raise OptionsError(f"--incremental into a {self.sink.table_format} table applies each run's rows by key, "
                                "into a table without partitions: leave out the bucketer")
         self.committer = self.sink.committer(self.output)
+        # an incremental copy's table gets each run as one commit, at the run's end (run_engine)
+        self.committer.run_at_once = self.changes is not None and self.committer.table is not None
         self.records = Location(self.sink.metadata or sibling_uri(self.output.uri, RECORDS_SUFFIX),
                                 self.committer.fs, self.committer.meta)
         self.places = [(f"output {self.output.shown}", self.records),
@@ -324,6 +326,8 @@ class Copy:
     def run_engine(self, run: CopyRun | None) -> EngineResult:
         assert run is not None
         result = self.engine.run(run)
+        if self.committer.run_at_once:  # before the run is marked finished: a kill in between publishes on re-run
+            self.committer.publish_run(run_query_id(self.engine.name, run.token, run.run))
         mark_finished(self.checkpoint, run.token, self.committer, result)
         return result
 

@@ -8,7 +8,9 @@ Commit protocol (the driver runs it; Spark's ``commit``)::
     4. finish      rename each pending file to its finished name (never over an existing file); sync the bucket
                    directories; for an overwrite, delete the files replaced
     4b. publish    with a table format, one table commit adding the files, tagged with the record's number and
-                   made only if the table does not hold that tag yet (splitsource.sink._tables)
+                   made only if the table does not hold that tag yet (splitsource.sink._tables); with
+                   ``run_at_once`` (an incremental copy's) not here but by ``publish_run`` at the run's end, every
+                   record of the run the table lacks in one commit, and the log pruned only then
     5. done        a stream commit's query record <meta>/queries/<query>.json (its last batch id, kept
                    for ever), then <seq>.done; drop done records beyond the retention; <meta>/_SUCCESS (batch
                    writes; and <base>/_SUCCESS with ``success_file``)
@@ -244,6 +246,9 @@ class BucketingGlobalCommitter:
     table: TableFormat | None = None  # publish each commit into this table format (splitsource.sink._tables)
     table_catalog: str = ""  # Iceberg: the catalog's URI (empty: SQLite in the records' place)
     upsert_keys: tuple[str, ...] = ()  # a table's commits replace the rows of these keys (an incremental run's)
+    # an incremental copy's: its records reach the table not one by one but at the end of each run, all of the run
+    # in one table commit (publish_run); until then the log keeps them, however many
+    run_at_once: bool = False
     fence: Callable[[], None] = _unfenced  # called right before each commit record is written: raises to stop a
     # writer that may no longer commit (a copy whose lease another copy took over)
     _committer: FileCommitter = field(init=False)
@@ -516,15 +521,28 @@ class BucketingGlobalCommitter:
                             f"{todo[0].pending_path(self.base, self.names)}; re-running the write finishes them")
         for bucket in sorted({f.bucket for f in record.files}):
             self.fs.sync_dir(join(self.base, bucket) if bucket else self.base, "publish.dir")
-        if self.table is not None:
-            publish(self, record)  # one table commit, unless the table holds this record's tag already
+        if self.table is not None and not self.run_at_once:
+            publish(self, [record])  # one table commit, unless the table holds this record's tag already
         for relative in record.replaced:
             self.fs.delete(join(self.base, relative))
         if record.kind == "stream" and record.write_id:
             self._keep_query(record)
         self.fs.write(join(self._log, f"{record.seq:020d}.done"), b"")
-        self._prune()
+        if not self.run_at_once:
+            self._prune()
         return True
+
+    def publish_run(self, query_id: str) -> bool:
+        """With ``run_at_once``: every finished record of streaming query ``query_id`` (a copy's run) that the
+        output's table does not hold yet, as one table commit (a reader of the table sees the run whole or not at
+        all); returns whether one was made. Then the log is pruned."""
+        made = False
+        if self.table is not None:
+            records = [r for r, done in self.records() if done and r.kind == "stream" and r.write_id == query_id]
+            self.fence()  # a copy that lost its lease leaves the run to the one that took over
+            made = publish(self, records)
+        self._prune()
+        return made
 
     def _keep_query(self, record: CommitRecord) -> None:
         kept = self.query_record(record.write_id)

@@ -635,14 +635,35 @@ def only_ours(committer: CommitterView) -> bool:
     return found is not None and all(c.log_id == found.get("log") for c in committer.table.history(committer))
 
 
-def publish(committer: CommitterView, record: CommitView) -> bool:
-    """Publish ``record`` into the output's table unless the table holds its tag already; returns whether a
-    commit was made."""
+@dataclass(frozen=True)
+class _Together:
+    """Commit records published as one table commit: the newest's number and tags, every record's files."""
+
+    seq: int
+    kind: str
+    write_id: str
+    batch_id: int
+    files: tuple[PendingFile, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+
+def publish(committer: CommitterView, records: Sequence[CommitView]) -> bool:
+    """Publish ``records`` (oldest first: one, or an incremental copy's run) into the output's table as one commit,
+    tagged with the newest's number, leaving out those the table holds already (its tag says up to which number);
+    returns whether a commit was made."""
     fmt = committer.table
     assert fmt is not None
     log = log_id(committer, fmt)
-    if fmt.published(committer, log) >= record.seq:
+    held = fmt.published(committer, log)
+    todo = [r for r in records if r.seq > held]
+    if not todo:
         return False
+    last = todo[-1]
+    record = last if len(todo) == 1 else _Together(last.seq, last.kind, last.write_id, last.batch_id,
+                                                   tuple(f for r in todo for f in r.files))
     if not record.files and record.kind != "overwrite":
         return False  # nothing to add (an incremental run with nothing new): no table commit
     fmt.publish(committer, log, record, _file_schema(committer, record))

@@ -20,7 +20,7 @@ import pytest
 from splitsource.sink import parse_sink_options
 from tests.connectors.postgres.conftest import cli_options, make_events
 from tests.fixtures import PostgresServer, polars_table
-from tests.splitsource.copyjob.test_copy import CLI, kill_and_rerun
+from tests.splitsource.copyjob.test_copy import CLI, kill_and_rerun, kill_at
 
 pytestmark = pytest.mark.slow
 
@@ -300,9 +300,9 @@ def test_a_run_that_died_after_its_table_commit_is_not_applied_twice(postgres15:
     published = _committer.publish
     commits: list[int] = []
 
-    def publish_then_die(committer: Any, record: Any) -> bool:
-        made = published(committer, record)
-        commits.append(record.seq)
+    def publish_then_die(committer: Any, records: Any) -> bool:
+        made = published(committer, records)
+        commits.append(records[-1].seq)
         if made:
             raise _DiedAfterTheTableCommit()
         return made
@@ -320,3 +320,41 @@ def test_a_run_that_died_after_its_table_commit_is_not_applied_twice(postgres15:
     assert committer.table is not None
     tagged = [c.seq for c in committer.table.history(committer) if c.seq == commits[0]]
     assert len(tagged) == (1 if fmt == "delta" else 2), tagged  # Iceberg's: the delete's snapshot and the append's
+
+
+@pytest.mark.usefixtures("pyiceberg_planner")
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_run_lands_in_its_table_whole_in_one_commit(postgres15: PostgresServer, table_name: str, tmp_path: Path,
+                                                      fmt: str) -> None:
+    """A run of many batches, killed with some of them committed to the output's log, has changed nothing a reader
+    of the table sees; the run resumed lands whole, as one table commit (Iceberg's: one transaction, the old
+    versions' delete and the new files' append)."""
+    server = postgres15
+    make_events(server, table_name, 20_000)
+    out = tmp_path / "table"
+    args = ["copy", *cli_options(server, table_name, split_size_mb="0.06", page_rows="500"), "--output", str(out),
+            "--engine", "local", "--workers", "2", "--max-splits-per-batch", "1", "--incremental", "--quiet",
+            "--table-format", fmt]
+    assert subprocess.run([*CLI, *args], capture_output=True, timeout=300, env=server.run_env()).returncode == 0
+    committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()
+    assert committer.table is not None
+    run_1 = _truth(server, table_name)
+
+    def table_rows() -> list[tuple[Any, ...]]:
+        frame = polars_table(out, fmt).sort("id")
+        return list(zip(*(frame[c].to_list() for c in ("id", "name", "score")), strict=True))
+
+    assert table_rows() == run_1 and len(committer.table.history(committer)) == 1  # run 1: one commit too
+    with server.connect() as conn:  # every ranges' rows change: run 2 reads in many batches
+        conn.execute(f"UPDATE {table_name} SET name = 'changed', score = -score WHERE id % 3 = 0")
+    kill_at(args, "planned", env=server.run_env())  # held at its second batch, the first committed to the log
+    assert [r for r, _ in committer.records() if r.kind == "stream" and r.write_id.endswith("-run2")], \
+        "run 2 committed no batch before the kill: the test proves nothing"
+    assert table_rows() == run_1 and len(committer.table.history(committer)) == 1, "the table shows run 2 in part"
+    done = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300, env=server.run_env())
+    assert done.returncode == 0, done.stderr
+    assert table_rows() == _truth(server, table_name)
+    snapshots = committer.table.history(committer)[1:]
+    assert len(snapshots) == (1 if fmt == "delta" else 2), snapshots
+    assert len({c.seq for c in snapshots}) == 1  # tagged with the run's newest commit record
+    _verify(server, table_name, out)
