@@ -20,6 +20,7 @@ import pytest
 from splitsource.sink import parse_sink_options
 from tests.connectors.postgres.conftest import cli_options, make_events
 from tests.fixtures import PostgresServer, polars_table
+from tests.splitsource.copyjob.kill_points import ENGINE_POINTS
 from tests.splitsource.copyjob.test_copy import CLI, kill_and_rerun, kill_at
 
 pytestmark = pytest.mark.slow
@@ -184,10 +185,9 @@ def test_ten_runs_under_writers_end_equal_to_the_table(postgres15: PostgresServe
     _verify(postgres15, table_name, out)
 
 
-# the local engine's: the Spark engine's kills inside an incremental run are the generator's
-# (tests/splitsource/copyjob/test_incremental.py), since the coordinator that plans and commits a run is the same for
-# every connector, and a Spark storm here took two minutes
-@pytest.mark.parametrize("engine", ["local"])
+# the local engine kills at every named point, the Spark engine where its tasks read (kill_points.ENGINE_POINTS),
+# twice: its storm at every point is the generator's (tests/splitsource/copyjob/test_incremental.py)
+@pytest.mark.parametrize("engine", ["local", "spark"])
 def test_a_kill_storm_inside_an_incremental_run_ends_exact(postgres15: PostgresServer, table_name: str,
                                                            tmp_path: Path, engine: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -202,7 +202,11 @@ def test_a_kill_storm_inside_an_incremental_run_ends_exact(postgres15: PostgresS
     assert subprocess.run([*CLI, *args], capture_output=True, timeout=300).returncode == 0
     with postgres15.connect() as conn:  # every other row changes: run 2 reads in many batches
         conn.execute(f"UPDATE {table_name} SET name = 'changed', score = -score WHERE id % 2 = 0")
-    final = kill_and_rerun(args, out, kills=4, seed=54)
+    if engine == "local":
+        final = kill_and_rerun(args, out, kills=4, seed=54)
+    else:
+        final = kill_and_rerun(args, out, kills=2, seed=54, coordinator_alone=lambda kill: kill == 1,
+                               points=ENGINE_POINTS)
     assert final.startswith("run 2 of an incremental copy") and "20,000 rows added or changed" in final, final
     assert _run_ids(out, 2) == list(range(2, 40_001, 2))
     assert _newest(out) == _truth(postgres15, table_name)
