@@ -255,8 +255,8 @@ def test_a_server_restarted_mid_copy_is_waited_for_and_the_copy_ends_exact(postg
     proc = subprocess.Popen([*CLI, "copy", *cli_options(postgres15, table_name, split_size_mb="0.2",
                                                           page_rows="200", split_by="key"),
                              "--output", str(out), "--engine", "local", "--workers", "2", "--max-splits-per-batch",
-                             "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=postgres15.run_env())
+                             "2", "--max-rows-per-second", "4000"],  # slow on purpose: running at the restart
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=postgres15.run_env())
     deadline = time.monotonic() + 120
     while _polled_rows(out) <= 0:
         assert proc.poll() is None, proc.communicate()[1]
