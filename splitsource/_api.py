@@ -218,6 +218,14 @@ class SplitEnumerator(abc.ABC, Generic[SplitT, PositionT]):
         enumerator then plans only what changed after it. The default: none (a source without incremental runs)."""
         return {}
 
+    def keys(self) -> Iterator[pa.RecordBatch] | None:
+        """Every key the source holds at the instant of the run this enumerator plans (after :meth:`start`): the
+        source's :meth:`~Source.key_columns`, typed as its reader types them, in batches of any size and order.
+        An incremental run of a :attr:`Changes.UPSERTS` source calls it once, on its first plan, and deletes
+        from the output the keys it held after the last run that are not among them. None (the default): the
+        source does not see deletes."""
+        return None
+
     def next_split(self) -> SplitT | None:
         """Serve an added-back split if there is one, else generate the next split, else ``None``."""
         if self._closed:

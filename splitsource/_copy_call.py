@@ -65,6 +65,7 @@ def copy(
     single_writer: bool = False,
     lease_s: float = DEFAULT_LEASE_S,
     incremental: bool = False,
+    deletes: bool = True,
 ) -> CopySummary:
     """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
 
@@ -88,7 +89,9 @@ def copy(
     ``incremental``: the first run copies the whole source; each later run of the same copy (the same call again)
     copies only what changed since the run before it, at the instant the connector's enumerator reported (see
     docs/incremental.md: each row of the files then carries its run and its change). A connector that cannot
-    says why, in an :class:`OptionsError`.
+    says why, in an :class:`OptionsError`. ``deletes`` (with ``incremental``): each run after the first also
+    deletes from the output the keys the source holds no more, where the connector can see them (PostgreSQL: a
+    key-only scan of the table, each run); False: a run leaves them.
 
     Raises :class:`OptionsError` for bad options, :class:`CheckpointError` for a foreign or corrupt checkpoint,
     an output owned by another copy or a running copy, and :class:`CopyError` when the job fails; none of them
@@ -101,6 +104,9 @@ def copy(
     if any(k.lower() == "since" for k in source_options):
         raise OptionsError("option 'since' is what an incremental copy sets itself for each run after its first: "
                            "leave it out, and give incremental=True (--incremental)")
+    if not deletes and not incremental:
+        raise OptionsError("option 'deletes': only an incremental copy's runs delete keys the source no longer "
+                           "holds; give incremental=True (--incremental), or leave it out")
     output = location("option 'output'", output)
     framework = {"connector": connector, **{k: str(v) for k, v in (
         ("max_splits_per_batch", max_splits_per_batch), ("max_rows_per_second", max_rows_per_second),
@@ -110,7 +116,8 @@ def copy(
         sink_raw={"format": format, "bucketer": bucketer,
                   **{k.lower(): str(v) for k, v in (sink_options or {}).items()}, "path": output},
         output=output, checkpoint=location("option 'checkpoint'", checkpoint or default_checkpoint(output)),
-        overwrite=overwrite, single_writer=single_writer, lease_s=lease_s, incremental=incremental)
+        overwrite=overwrite, single_writer=single_writer, lease_s=lease_s, incremental=incremental,
+        deletes=deletes)
     if not isinstance(engine, str) and (master is not None or spark is not None or workers):
         given = [name for name, value in (("master", master), ("spark", spark), ("workers", workers))
                  if value is not None and value != 0]

@@ -30,7 +30,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from serializers import SerializationError, read_envelope, write_envelope
@@ -172,12 +172,15 @@ _LIVE = _Live()
 
 
 def initial_offset(source: Source[Any, Any, Any, Any], fingerprint: str, parallelism: int,
-                   store: PlanStore | None = None) -> dict[str, Any]:
+                   store: PlanStore | None = None,
+                   started: Callable[[SplitEnumerator[Any, Any]], None] | None = None) -> dict[str, Any]:
     """The offset before the first batch: the source planned (a fresh enumerator's state, stored once), no split
-    taken."""
+    taken; ``started``: called with the enumerator once it started (an incremental run finds its deletes)."""
     enumerator = source.create_enumerator(FixedEnumeratorContext(parallelism))
     enumerator.start()
     try:
+        if started is not None:
+            started(enumerator)
         total = enumerator.estimated_total_splits()
         plan = enumerator_state_to_bytes(source, enumerator.snapshot_state())
         offset: dict[str, Any] = {"version": OFFSET_VERSION, "source": fingerprint, "plan": _digest(plan),

@@ -215,6 +215,9 @@ def _parser() -> argparse.ArgumentParser:
     copy.add_argument("--incremental", action="store_true",
                       help="the first run copies the whole source; each later run (the same command again) copies "
                            "only what changed since the run before (docs/incremental.md)")
+    copy.add_argument("--no-deletes", dest="deletes", action="store_false",
+                      help="with --incremental: leave in the output the keys the source no longer holds (a run of a "
+                           "connector that sees deletes, PostgreSQL, otherwise scans the table's keys for them)")
     copy.add_argument("--single-writer", action="store_true",
                       help="vouch that only this copy writes the output: needed on a store that cannot create a "
                            "file only where none exists (an S3 compatible without If-None-Match, HDFS)")
@@ -256,6 +259,7 @@ def _copy(args: argparse.Namespace) -> int:
         single_writer=args.single_writer,
         lease_s=args.lease_s,
         incremental=args.incremental,
+        deletes=args.deletes,
     )
     print(summary.text())
     if args.summary_json:
@@ -308,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # the library names copy()'s own arguments as options; on the command line they are flags
 _FLAGS = {f"option '{name}'": "--" + name.replace("_", "-")
           for name in ("master", "workers", "engine", "output", "checkpoint", "overwrite", "single_writer",
-                       "incremental")}
+                       "incremental")} | {"option 'deletes'": "--no-deletes"}
 
 
 def _as_flags(message: str) -> str:

@@ -15,12 +15,16 @@ exports a new snapshot; block ranges are refused then if the table changed since
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
+
+import pyarrow as pa
 
 from connectors.postgres._catalog import Table, ident
 from connectors.postgres._options import PostgresOptions
+from connectors.postgres._reader import PostgresSplitReader
 from connectors.postgres._session import connect, errors_in_one_line
 from connectors.postgres._splits import PostgresPosition, PostgresSplit
 from splitsource import CheckpointError, OptionsError, SplitEnumerator, SplitEnumeratorContext
@@ -145,6 +149,16 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
         """The run's snapshot: the oldest transaction it saw running, and the first it did not see (64-bit)."""
         return self._instant
 
+    def keys(self) -> Iterator[pa.RecordBatch] | None:
+        """The table's keys in the run's snapshot, read by a reader of the key columns alone (typed as the copy's
+        readers type them), relation by relation in pages ordered by the key: an index scan."""
+        table = self._table
+        if not table.key or any(k not in table.columns for k in table.key):
+            return None
+        keyed = dataclasses.replace(table, columns=table.key)
+        options = dataclasses.replace(self._options, snapshot=self._snapshot or self._options.snapshot)
+        return _every_key(PostgresSplitReader(options, keyed), keyed)
+
     def reader_options(self) -> dict[str, str]:
         """The run's snapshot, and the table as described, for every reader of this run."""
         return {"described": self._table.catalog} | ({"snapshot": self._snapshot} if self._snapshot else {})
@@ -154,6 +168,19 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
             self._conn.close()  # ends the transaction: its snapshot can be imported no more
             self._conn = None
         super().close()
+
+
+def _every_key(reader: PostgresSplitReader, table: Table) -> Iterator[pa.RecordBatch]:
+    reader.add_splits([PostgresSplit(i, relation, row_bytes=8) for i, relation in enumerate(table.relations)])
+    left = len(table.relations)
+    try:
+        while left:
+            fetched = reader.fetch()
+            for _, (page, _) in fetched.batches:
+                yield page
+            left -= len(fetched.finished)
+    finally:
+        reader.close()
 
 
 def _guard(conn: Any, table: Table) -> str:

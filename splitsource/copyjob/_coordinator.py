@@ -143,7 +143,8 @@ class _Coordinator:
     def plan_next(self) -> dict[str, Any] | None:
         """The offset after the next batch's splits, logged before any of them is read; None: the source is done."""
         if self.start is None:  # a fresh start: no offset refers to a plan yet
-            self.start = initial_offset(self.copy.source, self.fingerprint, self.parallelism, self.plans)
+            self.start = initial_offset(self.copy.source, self.fingerprint, self.parallelism, self.plans,
+                                        self.copy.first_plan)
             self.plans.prune(keep=self.start["plan"])
         end = next_offset(self.copy.source, self.fingerprint, self.start, self.parallelism, self.limit, self.plans)
         if end is not None:

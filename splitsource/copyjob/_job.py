@@ -27,6 +27,7 @@ from splitsource._fs import Location, is_uri, locate, redact, sibling_uri
 from splitsource._names import FINISHED_FILE, RECORDS_SUFFIX, SINK_DESCRIPTION
 from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
 from splitsource._planning import read_settings
+from splitsource.copyjob._deletes import RunDeletes
 from splitsource.copyjob._ownership import (
     DEFAULT_LEASE_S,
     Claim,
@@ -37,7 +38,7 @@ from splitsource.copyjob._ownership import (
     start_over,
     undo_unstarted,
 )
-from splitsource.copyjob._protocol import CopyRun, Engine, EngineResult, run_query_id
+from splitsource.copyjob._protocol import CopyRun, Engine, EngineResult, copy_writer_id, run_query_id
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
@@ -72,9 +73,10 @@ class CopySummary:
     changes: str = ""  # what an incremental run reads: "appends" or "upserts" (Changes)
     since: dict[str, Any] = field(default_factory=dict)  # the instant the run read the changes after (run 2 on)
     instant: dict[str, Any] = field(default_factory=dict)  # the instant this run read at: the next one's since
+    deleted: int = -1  # keys an incremental run deleted from the output (-1: deletes not looked for)
 
     def text(self) -> str:
-        if self.run > 1 and self.run_rows == 0:
+        if self.run > 1 and self.run_rows == 0 and self.deleted <= 0:
             return (f"run {self.run}: nothing changed since run {self.run - 1} ({_instant(self.since)}): nothing "
                     f"committed; {self.total_rows:,} rows in {self.output}")
         lines = [
@@ -90,7 +92,8 @@ class CopySummary:
             lines += [f"  {detail}" for detail in self.event_details[:10]]
         if self.run:
             kind = "rows added" if self.changes == "appends" else \
-                "rows added or changed (upserts by key; deletes are not seen)"
+                "rows added or changed (upserts by key; deletes are not seen)" if self.deleted < 0 else \
+                f"rows added or changed and {self.deleted:,} deleted (by key)"
             lines.insert(0, f"run {self.run} of an incremental copy, at {_instant(self.instant)}: " + (
                 "a full copy" if self.run == 1 else f"{self.run_rows:,} {kind} since run {self.run - 1} "
                                                     f"({_instant(self.since)})"))
@@ -192,6 +195,7 @@ class CopySettings:
     single_writer: bool = False
     lease_s: float = DEFAULT_LEASE_S
     incremental: bool = False  # each run after the first copies only what changed since the one before
+    deletes: bool = True  # and deletes the keys the source holds no more, where the connector sees them
 
 
 class Copy:
@@ -212,6 +216,8 @@ class Copy:
         self.marked = self.changes is not None and self.sink.table_format == "none"  # rows get run and change
         self.since: dict[str, Any] = {}  # an incremental run's: the instant of the run before
         self.resumed: bool | None = None  # whether this call resumes its run (None: whether it resumed the copy)
+        self.deletes: RunDeletes | None = None  # an incremental run's deletes (found at its first plan)
+        self.deleted = -1  # the keys this run deleted (-1: deletes not looked for)
         if self.changes is Changes.UPSERTS and self.sink.table_format != "none" and self.sink.bucketer != "none":
             raise OptionsError(f"--incremental into a {self.sink.table_format} table applies each run's rows by key, "
                                "into a table without partitions: leave out the bucketer")
@@ -314,6 +320,9 @@ class Copy:
             source = read.source()
             if self.changes is Changes.UPSERTS:  # a table's commits of this run replace their keys' rows
                 committer.upsert_keys = tuple(source.key_columns())
+                if self.settings.deletes:
+                    self.deletes = RunDeletes(number, committer.upsert_keys, self.schema, committer, self.sink,
+                                              checkpoint)
             started = committer.last_stream_batch(run_query_id(self.engine.name, claimed.token, number)) is not None
             self.resumed = started  # a run that committed a batch before this call is resumed
         elif marker is not None and marker.seq == _latest_stream_seq(committer):
@@ -321,13 +330,22 @@ class Copy:
                                                                instant=marker.instant))
         return _NextRun(number, CopyRun(source, read, self.sink, committer, checkpoint, claimed.token,
                                         self.progress.update if self.progress is not None else None, number,
-                                        marked=self.marked))
+                                        marked=self.marked,
+                                        first_plan=self.deletes.find if self.deletes is not None else None))
 
     def run_engine(self, run: CopyRun | None) -> EngineResult:
+        """Run the engine, then (before the run is marked finished: a kill in between does this again on the
+        re-run) apply the run's deletes and publish an incremental run into its table."""
         assert run is not None
         result = self.engine.run(run)
-        if self.committer.run_at_once:  # before the run is marked finished: a kill in between publishes on re-run
-            self.committer.publish_run(run_query_id(self.engine.name, run.token, run.run))
+        query = run_query_id(self.engine.name, run.token, run.run)
+        deletes = self.deletes
+        deleted = deletes.applied(query) if deletes is not None else None
+        self.deleted = -1 if deleted is None else deleted.num_rows
+        if deletes is not None and deleted is not None and self.committer.table is None:
+            deletes.commit_to_files(query, copy_writer_id(run.token), deleted)
+        if self.committer.run_at_once:
+            self.committer.publish_run(query, deleted)
         mark_finished(self.checkpoint, run.token, self.committer, result)
         return result
 
@@ -350,7 +368,8 @@ class Copy:
                               self.checkpoint.shown, stats.retries, round(stats.throttled_s, 3),
                               dict(sorted(stats.split_rows.items())), stats.events, stats.event_details,
                               result.unsized, result.run if self.changes else 0, run_rows,
-                              self.changes.value if self.changes else "", self.since, dict(result.instant))
+                              self.changes.value if self.changes else "", self.since, dict(result.instant),
+                              self.deleted)
         if self.progress is not None:
             self.progress.update(result.taken, max(result.taken, result.total), rows, final=True)
         committer.end_of_input(json.dumps(asdict(summary)).encode())

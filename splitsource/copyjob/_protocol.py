@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from splitsource._api import Source, Split
+from splitsource._api import Source, Split, SplitEnumerator
 from splitsource._fs import Location
 from splitsource._planning import ReadSettings, TaskEnvironment
 from splitsource.runtime._read import read_splits
@@ -98,6 +98,9 @@ class CopyRun:
     progress: ProgressFn | None
     run: int = 1  # which run of an incremental copy this is (its first: 1); the source's ``since`` is set from 2
     marked: bool = False  # each row written gets the run's number and its change (an incremental copy's files)
+    # called with the run's enumerator once it planned the run, before its first batch is logged (an incremental
+    # run finds its deletes there: splitsource.copyjob._deletes)
+    first_plan: Callable[[SplitEnumerator[Any, Any]], None] | None = None
 
 
 

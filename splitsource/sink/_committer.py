@@ -41,7 +41,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from serializers import MsgpackRecordSerializer, SerializationError, read_envelope, write_envelope
 from splitsource._errors import OptionsError, SinkError
@@ -56,6 +56,9 @@ from splitsource._names import (
 )
 from splitsource.sink._files import PartNames, PendingFile, join, writer_of
 from splitsource.sink._tables import TableFormat, publish
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "COMMIT_RECORD_SERIALIZER",
@@ -532,15 +535,15 @@ class BucketingGlobalCommitter:
             self._prune()
         return True
 
-    def publish_run(self, query_id: str) -> bool:
+    def publish_run(self, query_id: str, deletes: pa.Table | None = None) -> bool:
         """With ``run_at_once``: every finished record of streaming query ``query_id`` (a copy's run) that the
-        output's table does not hold yet, as one table commit (a reader of the table sees the run whole or not at
-        all); returns whether one was made. Then the log is pruned."""
+        output's table does not hold yet, and the run's ``deletes`` (keys), as one table commit (a reader of the
+        table sees the run whole or not at all); returns whether one was made. Then the log is pruned."""
         made = False
         if self.table is not None:
             records = [r for r, done in self.records() if done and r.kind == "stream" and r.write_id == query_id]
             self.fence()  # a copy that lost its lease leaves the run to the one that took over
-            made = publish(self, records)
+            made = publish(self, records, deletes)
         self._prune()
         return made
 

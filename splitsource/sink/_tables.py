@@ -177,13 +177,19 @@ class TableFormat(ABC):
 
     @abstractmethod
     def publish(self, committer: CommitterView, log_id: str, record: CommitView,
-                schema: pa.Schema | None) -> None:
+                schema: pa.Schema | None, deletes: pa.Table | None = None) -> None:
         """Make one table commit adding ``record``'s finished files (an overwrite replaces the table's rows),
-        tagged ``(log_id, record.seq)``. ``schema``: the files' schema (None: the record has no file)."""
+        tagged ``(log_id, record.seq)``. ``schema``: the files' schema (None: the record has no file).
+        ``deletes``: keys (``committer.upsert_keys``) whose rows the commit removes too, none of them a key of the
+        record's rows."""
 
     @abstractmethod
     def data_files(self, committer: CommitterView) -> list[str]:
         """The files of the table's current version, relative to the output (empty: no table yet)."""
+
+    @abstractmethod
+    def read_columns(self, committer: CommitterView, columns: Sequence[str]) -> pa.Table | None:
+        """``columns`` of every row of the table's current version (None: no table yet)."""
 
     @abstractmethod
     def history(self, committer: CommitterView) -> list[TableCommit]:
@@ -316,7 +322,7 @@ class DeltaFormat(TableFormat):
         return -1 if version is None else int(version)
 
     def publish(self, committer: CommitterView, log_id: str, record: CommitView,
-                schema: pa.Schema | None) -> None:
+                schema: pa.Schema | None, deletes: pa.Table | None = None) -> None:
         from deltalake import CommitProperties, Transaction
         from deltalake.schema import Schema as DeltaSchema
         from deltalake.transaction import AddAction, create_table_with_add_actions
@@ -342,11 +348,17 @@ class DeltaFormat(TableFormat):
                                           commit_properties=properties)
             return
         table_schema = table.schema().to_arrow()
-        if committer.upsert_keys and schema is not None:  # an incremental run's: its rows replace their keys'
-            _check_schema(self.name, committer.base, pa.schema(table_schema), schema)
+        if committer.upsert_keys and (schema is not None or deletes is not None):
+            # an incremental run's: its rows replace their keys', its deletes remove theirs (a row each, marked)
+            if schema is not None:
+                _check_schema(self.name, committer.base, pa.schema(table_schema), schema)
             on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in committer.upsert_keys)
-            table.merge(_rows(committer, record), on, source_alias="s", target_alias="t",
-                        commit_properties=properties).when_matched_update_all().when_not_matched_insert_all().execute()
+            rows = _rows(committer, record) if record.files else None
+            marked, mark = _marked_deletes(rows, deletes, pa.schema(table_schema)), f"s.{_quoted(DELETE_MARK)}"
+            table.merge(marked, on, source_alias="s", target_alias="t", commit_properties=properties) \
+                .when_matched_delete(predicate=mark) \
+                .when_matched_update_all(predicate=f"NOT {mark}", except_cols=[DELETE_MARK]) \
+                .when_not_matched_insert_all(predicate=f"NOT {mark}", except_cols=[DELETE_MARK]).execute()
             return
         if schema is not None:
             _check_schema(self.name, committer.base, pa.schema(table_schema), schema)
@@ -356,6 +368,10 @@ class DeltaFormat(TableFormat):
                                 "another path")
         table.create_write_transaction(actions, mode, table_schema, partition_by=partitions or None,
                                        commit_properties=properties)
+
+    def read_columns(self, committer: CommitterView, columns: Sequence[str]) -> pa.Table | None:
+        table = self._table(committer)
+        return None if table is None else table.to_pyarrow_table(columns=list(columns))
 
     def data_files(self, committer: CommitterView) -> list[str]:
         table = self._table(committer)
@@ -443,7 +459,7 @@ class IcebergFormat(TableFormat):
         return -1 if table is None else int(table.properties.get(self._key(log_id), -1))
 
     def publish(self, committer: CommitterView, log_id: str, record: CommitView,
-                schema: pa.Schema | None) -> None:
+                schema: pa.Schema | None, deletes: pa.Table | None = None) -> None:
         table = self.table(committer)
         partitions = partition_columns(schema)
         if table is None:
@@ -471,8 +487,10 @@ class IcebergFormat(TableFormat):
                 from pyiceberg.expressions import AlwaysTrue
 
                 tx.delete(AlwaysTrue())
-            elif committer.upsert_keys and paths:  # the rows' older versions go in the commit that adds the new
-                tx.delete(_key_filter(committer.upsert_keys, _rows(committer, record, committer.upsert_keys)),
+            elif committer.upsert_keys and (paths or deletes is not None):
+                # the rows' older versions, and the deleted keys' rows, go in the commit that adds the new
+                keys = [_rows(committer, record, committer.upsert_keys)] if paths else []
+                tx.delete(_key_filter(committer.upsert_keys, keys + ([deletes] if deletes is not None else [])),
                           snapshot_properties=_tags(record, log_id))
             if paths:
                 tx.add_files(paths, snapshot_properties=_tags(record, log_id), check_duplicate_files=False)
@@ -492,6 +510,12 @@ class IcebergFormat(TableFormat):
             for name in partitions:
                 update.add_identity(name)
         return table
+
+    def read_columns(self, committer: CommitterView, columns: Sequence[str]) -> pa.Table | None:
+        table = self.table(committer)
+        if table is None or table.current_snapshot() is None:
+            return None
+        return table.scan(selected_fields=tuple(columns)).to_arrow()
 
     def data_files(self, committer: CommitterView) -> list[str]:
         table = self.table(committer)
@@ -526,16 +550,35 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _key_filter(keys: Sequence[str], rows: pa.Table) -> Any:
-    """Iceberg's filter of the rows whose key is one of ``rows``'."""
+def _key_filter(keys: Sequence[str], tables: Sequence[pa.Table]) -> Any:
+    """Iceberg's filter of the rows whose key is one of the rows' of ``tables``."""
     import pyiceberg.expressions
 
     e: Any = pyiceberg.expressions  # its classes are pydantic models, whose signatures mypy misreads
     if len(keys) == 1:
-        return e.In(keys[0], set(rows.column(keys[0]).to_pylist()))
+        return e.In(keys[0], {v for rows in tables for v in rows.column(keys[0]).to_pylist()})
     matches = [e.And(*(e.EqualTo(k, v) for k, v in zip(keys, values, strict=True)))
-               for values in zip(*(rows.column(k).to_pylist() for k in keys), strict=True)]
+               for rows in tables for values in zip(*(rows.column(k).to_pylist() for k in keys), strict=True)]
     return matches[0] if len(matches) == 1 else e.Or(*matches)
+
+
+DELETE_MARK = "__splitsource_delete"  # a Delta merge's source column: the row stands for its key's delete
+
+
+def _marked_deletes(rows: pa.Table | None, deletes: pa.Table | None, schema: pa.Schema) -> pa.Table:
+    """A Delta merge's source: ``rows`` (upserts) and a row for each key of ``deletes`` (its other columns null),
+    in ``rows``' columns (else ``schema``'s), with :data:`DELETE_MARK` saying which is which."""
+    columns = rows.schema if rows is not None else schema
+    marked = pa.schema([*(f.with_nullable(True) for f in columns), pa.field(DELETE_MARK, pa.bool_())])
+    parts = []
+    if rows is not None:
+        parts.append(rows.append_column(DELETE_MARK, pa.array([False] * rows.num_rows, pa.bool_())).cast(marked))
+    if deletes is not None:
+        n = deletes.num_rows
+        parts.append(pa.Table.from_arrays(
+            [deletes.column(f.name).cast(f.type) if f.name in deletes.column_names else pa.nulls(n, f.type)
+             for f in columns] + [pa.array([True] * n, pa.bool_())], schema=marked))
+    return pa.concat_tables(parts)
 
 
 def _inner_types(t: pa.DataType) -> list[pa.DataType]:
@@ -650,24 +693,39 @@ class _Together:
         return sum(f.rows for f in self.files)
 
 
-def publish(committer: CommitterView, records: Sequence[CommitView]) -> bool:
+def publish(committer: CommitterView, records: Sequence[CommitView], deletes: pa.Table | None = None) -> bool:
     """Publish ``records`` (oldest first: one, or an incremental copy's run) into the output's table as one commit,
     tagged with the newest's number, leaving out those the table holds already (its tag says up to which number);
-    returns whether a commit was made."""
+    ``deletes``: an incremental run's deleted keys, removed in the same commit (those the table still holds: a
+    commit made before a kill removed them already). Returns whether a commit was made."""
     fmt = committer.table
     assert fmt is not None
     log = log_id(committer, fmt)
     held = fmt.published(committer, log)
     todo = [r for r in records if r.seq > held]
-    if not todo:
+    gone = _held_keys(committer, deletes) if deletes is not None and deletes.num_rows else None
+    if not todo and gone is None:
         return False
-    last = todo[-1]
-    record = last if len(todo) == 1 else _Together(last.seq, last.kind, last.write_id, last.batch_id,
-                                                   tuple(f for r in todo for f in r.files))
-    if not record.files and record.kind != "overwrite":
+    last = todo[-1] if todo else None
+    record = _Together(held, "stream", records[-1].write_id if records else "", -1, ()) if last is None else \
+        last if len(todo) == 1 else _Together(last.seq, last.kind, last.write_id, last.batch_id,
+                                              tuple(f for r in todo for f in r.files))
+    if not record.files and record.kind != "overwrite" and gone is None:
         return False  # nothing to add (an incremental run with nothing new): no table commit
-    fmt.publish(committer, log, record, _file_schema(committer, record))
+    fmt.publish(committer, log, record, _file_schema(committer, record), gone)
     return True
+
+
+def _held_keys(committer: CommitterView, keys: pa.Table) -> pa.Table | None:
+    """The rows of ``keys`` that the output's table holds (None: none)."""
+    assert committer.table is not None
+    names = keys.column_names
+    held = committer.table.read_columns(committer, names)
+    if held is None or not held.num_rows:
+        return None
+    held = pa.Table.from_arrays([held.column(n).cast(keys.schema.field(n).type) for n in names], schema=keys.schema)
+    found = keys.join(held, names, join_type="left semi")
+    return found if found.num_rows else None
 
 
 def reserved_names(formats: Sequence[TableFormat] = tuple(TABLE_FORMATS.values())) -> frozenset[str]:

@@ -54,7 +54,7 @@ def _newest(out: Path) -> list[tuple[Any, ...]]:
 
 def _run_ids(out: Path, run: int) -> list[int]:
     return [r[0] for r in duckdb.sql(f"SELECT id FROM read_parquet('{out}/**/*.parquet') WHERE _splitsource_run = "
-                                     f"{run} ORDER BY id").fetchall()]
+                                     f"{run} AND _splitsource_change = 'upsert' ORDER BY id").fetchall()]
 
 
 def _verify(server: PostgresServer, table: str, out: Path) -> None:
@@ -85,7 +85,7 @@ def test_late_commits_in_savepoints_too_reach_the_next_run(postgres: PostgresSer
         nested.execute("COMMIT")
     second = _copy(postgres, table_name, out)
     headline = second.stdout.splitlines()[0]
-    assert "4 rows added or changed (upserts by key; deletes are not seen) since run 1" in headline, second.stdout
+    assert "4 rows added or changed and 0 deleted (by key) since run 1" in headline, second.stdout
     assert _run_ids(out, 2) == [-1, 0, 5, 6]
     assert _newest(out) == _truth(postgres, table_name)
     _verify(postgres, table_name, out)
@@ -200,14 +200,16 @@ def test_a_kill_storm_inside_an_incremental_run_ends_exact(postgres15: PostgresS
             "--engine", engine, *(["--workers", "2"] if engine == "local" else []), "--max-splits-per-batch", "2",
             "--incremental", "--quiet"]
     assert subprocess.run([*CLI, *args], capture_output=True, timeout=300).returncode == 0
-    with postgres15.connect() as conn:  # every other row changes: run 2 reads in many batches
+    with postgres15.connect() as conn:  # every other row changes: run 2 reads in many batches; some odd ones go
         conn.execute(f"UPDATE {table_name} SET name = 'changed', score = -score WHERE id % 2 = 0")
+        conn.execute(f"DELETE FROM {table_name} WHERE id % 14 = 7")
     if engine == "local":
         final = kill_and_rerun(args, out, kills=4, seed=54)
     else:
         final = kill_and_rerun(args, out, kills=2, seed=54, coordinator_alone=lambda kill: kill == 1,
                                points=ENGINE_POINTS)
-    assert final.startswith("run 2 of an incremental copy") and "20,000 rows added or changed" in final, final
+    assert final.startswith("run 2 of an incremental copy"), final
+    assert "20,000 rows added or changed and 2,857 deleted (by key)" in final, final
     assert _run_ids(out, 2) == list(range(2, 40_001, 2))
     assert _newest(out) == _truth(postgres15, table_name)
 
@@ -245,7 +247,7 @@ def test_each_run_is_applied_to_a_table_by_key(postgres15: PostgresServer, table
         conn.execute(f"UPDATE {table_name} SET score = -score WHERE id % 50 = 0")
         conn.execute(f"INSERT INTO {table_name} (id, name, score) VALUES (4001, 'new', 1), (0, 'low', 2)")
     second = _copy(server, table_name, out, "--table-format", fmt)
-    assert "84 rows added or changed (upserts by key; deletes are not seen) since run 1" in second.stdout, \
+    assert "84 rows added or changed and 0 deleted (by key) since run 1" in second.stdout, \
         second.stdout
 
     def table_rows() -> list[tuple[Any, ...]]:
@@ -261,6 +263,61 @@ def test_each_run_is_applied_to_a_table_by_key(postgres15: PostgresServer, table
     assert len(committer.table.history(committer)) == versions
     assert table_rows() == _truth(server, table_name)
     _verify(server, table_name, out)
+
+
+def _rows_of(out: Path, output: str) -> list[tuple[Any, ...]]:
+    """What a reader of the output sees: the files' newest versions (docs/incremental.md's query, DuckDB), or the
+    table (Polars, through delta-rs or pyiceberg)."""
+    if output == "parquet":
+        return _newest(out)
+    frame = polars_table(out, output).sort("id")
+    return list(zip(*(frame[c].to_list() for c in ("id", "name", "score")), strict=True))
+
+
+@pytest.mark.usefixtures("pyiceberg_planner")
+@pytest.mark.parametrize("output", ["parquet", "delta", "iceberg"])
+def test_deleted_rows_leave_the_output_in_their_run(postgres: PostgresServer, table_name: str, tmp_path: Path,
+                                                    output: str) -> None:
+    """Rows deleted between runs leave the output in the next run (files: a delete row each, which the newest-version
+    query drops; tables: in the run's one commit), found by a key-only scan in the run's snapshot; a key deleted and
+    inserted again is a changed row, and a run whose only change is a delete commits it."""
+    server = postgres
+    make_events(server, table_name, 3000)
+    out = tmp_path / "out"
+    extra = [] if output == "parquet" else ["--table-format", output]
+    _copy(server, table_name, out, *extra)
+    with server.connect() as conn:
+        conn.execute(f"DELETE FROM {table_name} WHERE id % 100 = 0 OR id = 1")
+        conn.execute(f"UPDATE {table_name} SET name = 'kept' WHERE id = 2")
+    second = _copy(server, table_name, out, *extra)
+    assert "1 rows added or changed and 31 deleted (by key) since run 1" in second.stdout, second.stdout
+    assert _rows_of(out, output) == _truth(server, table_name)
+    if output == "parquet":  # run 2's rows: the update, and the deletes as rows of their own
+        assert duckdb.sql(f"SELECT _splitsource_change, count(*), min(id) FROM read_parquet('{out}/**/*.parquet') "
+                          "WHERE _splitsource_run = 2 GROUP BY ALL ORDER BY 1").fetchall() == \
+            [("delete", 31, 1), ("upsert", 1, 2)]
+    with server.connect() as conn:
+        conn.execute(f"INSERT INTO {table_name} (id, name, score) VALUES (100, 'back', 1)")
+        conn.execute(f"DELETE FROM {table_name} WHERE id = 3")
+    third = _copy(server, table_name, out, *extra)
+    assert "1 rows added or changed and 1 deleted (by key) since run 2" in third.stdout, third.stdout
+    with server.connect() as conn:
+        conn.execute(f"DELETE FROM {table_name} WHERE id = 4")
+    fourth = _copy(server, table_name, out, *extra)
+    assert "0 rows added or changed and 1 deleted (by key) since run 3" in fourth.stdout, fourth.stdout
+    assert _rows_of(out, output) == _truth(server, table_name)
+    nothing = _copy(server, table_name, out, *extra)
+    assert nothing.stdout.startswith("run 5: nothing changed since run 4"), nothing.stdout
+    _verify(server, table_name, out)
+    if output == "parquet":  # --no-deletes leaves a deleted key in the output; the next run with deletes finds it
+        with server.connect() as conn:
+            conn.execute(f"DELETE FROM {table_name} WHERE id = 5")
+        left = _copy(server, table_name, out, "--no-deletes")
+        assert left.stdout.startswith("run 6: nothing changed since run 5"), left.stdout
+        assert 5 in [r[0] for r in _newest(out)]
+        found = _copy(server, table_name, out)
+        assert "0 rows added or changed and 1 deleted (by key) since run 6" in found.stdout, found.stdout
+        assert _newest(out) == _truth(server, table_name)
 
 
 def test_a_table_without_a_key_and_a_partitioned_table_output_are_refused_in_one_line(postgres15: PostgresServer,
@@ -301,11 +358,12 @@ def test_a_run_that_died_after_its_table_commit_is_not_applied_twice(postgres15:
          sink_options={"table_format": fmt})
     with server.connect() as conn:
         conn.execute(f"UPDATE {table_name} SET score = score + 1000 WHERE id <= 10")
+        conn.execute(f"DELETE FROM {table_name} WHERE id > 1995")
     published = _committer.publish
     commits: list[int] = []
 
-    def publish_then_die(committer: Any, records: Any) -> bool:
-        made = published(committer, records)
+    def publish_then_die(committer: Any, records: Any, deletes: Any = None) -> bool:
+        made = published(committer, records, deletes)
         commits.append(records[-1].seq)
         if made:
             raise _DiedAfterTheTableCommit()
@@ -317,13 +375,50 @@ def test_a_run_that_died_after_its_table_commit_is_not_applied_twice(postgres15:
              sink_options={"table_format": fmt})
     summary = copy("postgres", source, str(out), engine="local", workers=1, incremental=True, progress=None,
                    sink_options={"table_format": fmt})
-    assert summary.run == 2 and summary.run_rows == 10 and commits[0] == commits[1], (summary, commits)
+    assert summary.run == 2 and summary.run_rows == 10 and summary.deleted == 5 and commits[0] == commits[1], \
+        (summary, commits)
     frame = polars_table(out, fmt).sort("id")
     assert list(zip(*(frame[c].to_list() for c in ("id", "name", "score")), strict=True)) == _truth(server, table_name)
     committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()
     assert committer.table is not None
     tagged = [c.seq for c in committer.table.history(committer) if c.seq == commits[0]]
     assert len(tagged) == (1 if fmt == "delta" else 2), tagged  # Iceberg's: the delete's snapshot and the append's
+
+
+class _DiedAfterTheDeletes(BaseException):
+    """What a kill right after a run's delete rows are committed to files, before the run is marked finished,
+    leaves."""
+
+
+def test_a_run_that_died_after_committing_its_deletes_does_not_write_them_twice(
+        postgres15: PostgresServer, table_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from splitsource import copy
+    from splitsource.copyjob._deletes import RunDeletes
+
+    server = postgres15
+    make_events(server, table_name, 2000)
+    out = tmp_path / "out"
+    monkeypatch.setenv("PGPASSWORD", server.env["PGPASSWORD"])
+    source = {"dsn": server.dsn, "table": table_name}
+    copy("postgres", source, str(out), engine="local", workers=1, incremental=True, progress=None)
+    with server.connect() as conn:
+        conn.execute(f"DELETE FROM {table_name} WHERE id % 100 = 0")
+    committed = RunDeletes.commit_to_files
+
+    def commit_then_die(self: RunDeletes, query_id: str, writer: str, deleted: Any) -> int:
+        if committed(self, query_id, writer, deleted):
+            raise _DiedAfterTheDeletes()
+        return 0
+
+    monkeypatch.setattr(RunDeletes, "commit_to_files", commit_then_die)
+    with pytest.raises(_DiedAfterTheDeletes):
+        copy("postgres", source, str(out), engine="local", workers=1, incremental=True, progress=None)
+    summary = copy("postgres", source, str(out), engine="local", workers=1, incremental=True, progress=None)
+    assert summary.run == 2 and summary.deleted == 20, summary
+    deletes = duckdb.sql(f"SELECT count(*), count(DISTINCT id) FROM read_parquet('{out}/**/*.parquet') "
+                         "WHERE _splitsource_change = 'delete'").fetchall()
+    assert deletes == [(20, 20)], deletes
+    assert _newest(out) == _truth(server, table_name)
 
 
 @pytest.mark.usefixtures("pyiceberg_planner")

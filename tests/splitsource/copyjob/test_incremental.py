@@ -95,6 +95,10 @@ def test_incremental_refusals_are_one_line(tmp_path: Path) -> None:
         copy("generator", {"since": '{"rows": 3}'}, str(tmp_path / "s"), engine="local", incremental=True)
     bad = run(["copy", *gen(1000), "-o", "since=[1]", "--output", str(tmp_path / "b"), "--engine", "local"])
     assert bad.returncode == 2 and re.search(r"option 'since'", bad.stderr), bad.stderr
+    deletes = run(["copy", *gen(1000), "--no-deletes", "--output", str(tmp_path / "d"), "--engine", "local"])
+    assert deletes.returncode == 2 and deletes.stderr.count("\n") == 1, deletes.stderr
+    assert "--no-deletes: only an incremental copy's runs delete keys" in deletes.stderr
+    assert not (tmp_path / "d").exists()
     shrunk = run(copy_args(500, tmp_path / "g"))
     assert shrunk.returncode == 0
     again = run(copy_args(400, tmp_path / "g"))

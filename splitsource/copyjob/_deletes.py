@@ -1,0 +1,129 @@
+"""The deletes of an incremental run: the keys the output held after the last run that the source holds no more,
+found once, at the run's instant, and applied with the run.
+
+An upserts source (:attr:`splitsource.Changes.UPSERTS`) reads what changed, which cannot include a row that is
+gone. So a run's first plan also asks its enumerator for every key the source holds at the run's instant
+(:meth:`splitsource.SplitEnumerator.keys`, PostgreSQL: a key-only scan in the run's snapshot) and keeps the keys the
+output holds that are not among them, in the checkpoint (``deleted-run<N>.parquet``), before the run's first batch
+is logged: a run killed and resumed applies the deletes found at its first plan. At the run's end they are applied
+with its changes, less any key the run itself read again (a resumed run reads at a newer instant, which may hold a
+key deleted before):
+
+- into a Delta or Iceberg table, in the run's one table commit (:func:`splitsource.sink._tables.publish`);
+- into files, as rows of their own (the key, nulls, the run, ``delete``) in one more commit of the sink, batch 0
+  of the run's query id with ``-deletes``: committed once, found on a re-run.
+
+Keys are compared as the output's Arrow types (an anti-join of pyarrow's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from splitsource._api import SplitEnumerator
+from splitsource._errors import OptionsError
+from splitsource._fs import Location
+from splitsource.copyjob._protocol import CHANGE_COLUMN, CHANGE_FIELDS, RUN_COLUMN, marked_schema
+from splitsource.sink._committer import BucketingGlobalCommitter
+from splitsource.sink._options import BucketingSinkOptions
+from splitsource.sink._writer import write_files
+from splitsource.sink.formats import FORMATS
+
+__all__ = ["RunDeletes"]
+
+
+class RunDeletes:
+    """The deletes of run ``run`` of an incremental copy of a source whose key is ``keys`` (in ``schema``) into
+    ``committer``'s output; their file is in ``checkpoint``."""
+
+    def __init__(self, run: int, keys: Sequence[str], schema: pa.Schema, committer: BucketingGlobalCommitter,
+                 sink: BucketingSinkOptions, checkpoint: Location) -> None:
+        self.run, self.keys, self.schema = run, tuple(keys), schema
+        self.committer, self.sink = committer, sink
+        self.key_schema = pa.schema([schema.field(k).with_nullable(True) for k in self.keys])
+        self.place = checkpoint.child(f"deleted-run{run}.parquet")
+        bucketed = set(self.keys) & set(sink.make_bucketer().columns)
+        if committer.table is None and bucketed:
+            raise OptionsError(f"--incremental: the key column {sorted(bucketed)[0]!r} is a bucket column, which "
+                               "the files leave out, so a deleted key cannot be found in them: leave it out of "
+                               "bucket_columns, or copy with --no-deletes")
+
+    def find(self, enumerator: SplitEnumerator[Any, Any]) -> None:
+        """At the run's first plan (``enumerator`` started, nothing of the run committed): the keys the output
+        holds that the source's, at the enumerator's instant, are not among, written to the checkpoint."""
+        found = enumerator.keys()
+        if found is None:
+            return
+        present = self._typed(pa.Table.from_batches(list(found)) if found else None)
+        deleted = self.held().join(present, list(self.keys), join_type="left anti")
+        store = self.place.store
+        sink = pa.BufferOutputStream()
+        pq.write_table(deleted.combine_chunks(), sink)
+        store.write(self.place.path, sink.getvalue().to_pybytes())
+
+    def held(self) -> pa.Table:
+        """The keys the output holds now: a table's rows, or each key's newest row in the files unless it is a
+        delete."""
+        committer = self.committer
+        if committer.table is not None:
+            return self._typed(committer.table.read_columns(committer, self.keys))
+        fields = [*self.key_schema, *CHANGE_FIELDS]
+        rows = self._file_rows(committer.finished_files(), fields)
+        if not rows.num_rows:
+            return self._typed(None)
+        newest = rows.sort_by(RUN_COLUMN).group_by(list(self.keys), use_threads=False).aggregate(
+            [(CHANGE_COLUMN, "last")])
+        kept = newest.filter(pc.equal(newest.column(f"{CHANGE_COLUMN}_last"), "upsert"))
+        return self._typed(kept.select(list(self.keys)))
+
+    def applied(self, query_id: str) -> pa.Table | None:
+        """The deletes run ``query_id`` applies: those found at its first plan, less the keys it read itself;
+        None: none were looked for (a connector that does not see deletes)."""
+        store = self.place.store
+        if not store.exists(self.place.path):
+            return None
+        with store.open_input(self.place.path) as stream:
+            deleted = self._typed(pq.read_table(stream))
+        if not deleted.num_rows:
+            return deleted
+        committer = self.committer
+        paths = [f.finished_path(committer.base, committer.names) for r, done in committer.records()
+                 if r.kind == "stream" and r.write_id == query_id for f in r.files]
+        read = self._file_rows(paths, list(self.key_schema))
+        return deleted.join(read, list(self.keys), join_type="left anti") if read.num_rows else deleted
+
+    def commit_to_files(self, query_id: str, writer: str, deleted: pa.Table) -> int:
+        """Into a file output: the delete rows, committed once as batch 0 of ``<query_id>-deletes``; the rows
+        committed (0: none, or committed before)."""
+        committer, name = self.committer, f"{query_id}-deletes"
+        if not deleted.num_rows or committer.last_stream_batch(name) is not None:
+            return 0
+        n: int = deleted.num_rows
+        schema = marked_schema(pa.schema([f.with_nullable(True) for f in self.schema]))
+        columns = [deleted.column(f.name).cast(f.type) if f.name in self.keys else pa.nulls(n, f.type)
+                   for f in self.schema]
+        columns += [pa.array([self.run] * n, pa.int64()), pa.array(["delete"] * n, pa.string())]
+        batches = pa.Table.from_arrays(columns, schema=schema).combine_chunks().to_batches()
+        files = write_files(self.sink, batches, 0, writer)
+        committer.commit_batch(files, query_id=name, batch_id=0)
+        return n
+
+    def _file_rows(self, paths: Sequence[str], fields: list[pa.Field]) -> pa.Table:
+        """``fields`` of the output's files at ``paths``, as the format's reader reads them (plain types)."""
+        fmt, fs, schema = FORMATS[self.sink.format], self.committer.fs, pa.schema(fields)
+        tables = [pa.Table.from_pydict(arrays).cast(schema)
+                  for path in paths for arrays in fmt.batches(fs, path, fields, self.sink.csv_header)]
+        return pa.concat_tables(tables) if tables else schema.empty_table()
+
+    def _typed(self, keys: pa.Table | None) -> pa.Table:
+        """``keys`` (any column order, types that cast to them) as the output's key columns."""
+        if keys is None:
+            return self.key_schema.empty_table()
+        return pa.Table.from_arrays([keys.column(k).cast(f.type) for k, f in zip(self.keys, self.key_schema,
+                                                                                   strict=True)],
+                                    schema=self.key_schema)
