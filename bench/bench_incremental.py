@@ -8,8 +8,9 @@ It starts the PostgreSQL 15 of bench/bench_postgres.py (port 16432, data kept un
 and makes ``inc_<rows>`` once: bench_postgres.py's rows and an ``updated_at`` cursor column for dlt. Every step is a
 whole process, timed from start to exit:
 
-1. the full first run, ours (``copy --incremental``, local engine, into Parquet) and dlt's (``sql_table`` with
-   ``incremental("updated_at")`` and ``write_disposition="merge"`` into DuckDB, bench/postgres_peers.py);
+1. the full first run, ours (``copy --incremental``, local engine, into Parquet; and again with ``--no-deletes``,
+   which skips each run's key-only scan for deleted keys) and dlt's (``sql_table`` with ``incremental("updated_at")``
+   and ``write_disposition="merge"`` into DuckDB, bench/postgres_peers.py);
 2. a run with no change, each;
 3. 1% of the rows updated (``updated_at = now()``), then a run each.
 
@@ -71,15 +72,19 @@ def main() -> int:
     env = {"PGPASSWORD": PASSWORD}
     try:
         table = make_table(args.rows)
-        ours_cmd = [PY, "-m", "splitsource.cli", "copy", "--connector", "postgres", "-o", f"dsn={DSN}", "-o",
-                    f"table=public.{table}", "--output", str(work / "ours"), "--engine", "local", "--incremental",
-                    "--quiet"]
+        def ours(out: str, *extra: str) -> list[str]:
+            return [PY, "-m", "splitsource.cli", "copy", "--connector", "postgres", "-o", f"dsn={DSN}", "-o",
+                    f"table=public.{table}", "--output", str(work / out), "--engine", "local", "--incremental",
+                    "--quiet", *extra]
+
         dlt_cmd = [str(peers), str(ROOT / "bench" / "postgres_peers.py"), "dlt_incremental", CONNINFO,
                    f"public.{table}", str(work / "dlt.duckdb")]
-        seconds: dict[str, dict[str, float]] = {"ours": {}, "dlt": {}}
+        commands = {"ours": ours("ours"), "ours --no-deletes": ours("ours-no-deletes", "--no-deletes"),
+                    "dlt": dlt_cmd}
+        seconds: dict[str, dict[str, float]] = {tool: {} for tool in commands}
 
         def step(name: str) -> None:
-            for tool, command in (("ours", ours_cmd), ("dlt", dlt_cmd)):
+            for tool, command in commands.items():
                 measured: Measured = run(command, env=env)
                 if measured.returncode != 0:
                     raise SystemExit(f"{tool} {name}: exit {measured.returncode}\n{measured.output[-3000:]}")
@@ -97,7 +102,8 @@ def main() -> int:
             step("late commit open")
             late.commit()
         step("late commit done")
-        lost = {"ours": _lost_ours(work / "ours"), "dlt": _lost_dlt(peers, work / "dlt.duckdb")}
+        lost = {"ours": _lost_ours(work / "ours"), "ours --no-deletes": _lost_ours(work / "ours-no-deletes"),
+                "dlt": _lost_dlt(peers, work / "dlt.duckdb")}
     finally:
         shutil.rmtree(work, ignore_errors=True)
         stop(DATA)

@@ -16,15 +16,16 @@ exports a new snapshot; block ranges are refused then if the table changed since
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from connectors.postgres._catalog import Table, ident
 from connectors.postgres._options import PostgresOptions
-from connectors.postgres._reader import PostgresSplitReader
+from connectors.postgres._reader import read_keys
 from connectors.postgres._session import connect, errors_in_one_line
 from connectors.postgres._splits import PostgresPosition, PostgresSplit
 from splitsource import CheckpointError, OptionsError, SplitEnumerator, SplitEnumeratorContext
@@ -42,42 +43,55 @@ XID_WINDOW = (1 << 31) - (1 << 27)
 class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
     def __init__(self, options: PostgresOptions, table: Table, context: SplitEnumeratorContext | None = None,
                  position: PostgresPosition | None = None, pending: Iterable[PostgresSplit] = (),
-                 since: int | None = None) -> None:
+                 since: int | None = None, last: Mapping[str, Any] | None = None) -> None:
         super().__init__(context, pending)
         self._options, self._table = options, table
         self._position = position
         self._conn: Any = None
         self._snapshot = ""
         self._since = since  # an incremental run's: the last run's snapshot's xmin
-        self._instant: dict[str, int] = {}
+        self._last = dict(last or {})  # and the last run's whole instant
+        self._instant: dict[str, Any] = {}
 
     def start(self) -> None:
         options = self._options
         self._conn = connect(options)
         with errors_in_one_line(options):
+            table = self._table
+            # counted before the snapshot is taken: a change these counters include, the snapshot sees
+            counters = _counters(self._conn, table) if table.server_version >= 150000 else ""
             self._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if options.snapshot:
                 self._conn.execute(f"SET TRANSACTION SNAPSHOT '{_snapshot_id(options.snapshot)}'")
             else:
                 self._snapshot = self._conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
-            table = self._table
             if table.server_version >= 130000:
                 xmin, xmax = self._conn.execute(
                     "SELECT pg_snapshot_xmin(s)::text::int8, pg_snapshot_xmax(s)::text::int8 "
                     "FROM pg_current_snapshot() s").fetchone()
-                self._instant = {"xmin": xmin, "xmax": xmax}
+                self._instant = {"xmin": xmin, "xmax": xmax} | ({"changes": counters} if counters else {})
                 if self._since is not None and xmax - self._since >= XID_WINDOW:
                     raise OptionsError(
                         f"{table.label}: {xmax - self._since:,} transactions since the last run's snapshot, more "
                         "than a row's 32-bit transaction id tells apart: copy the table whole to a new output")
             guard = _guard(self._conn, table)
-            if self._position is None:
+            if self._position is None and self._unchanged(counters):
+                self._instant = self._last  # no split, and the next run reads since the same instant
+                self._position = PostgresPosition((), 0, guard)
+            elif self._position is None:
                 self._position = PostgresPosition(tuple(self._plan(table)), 0, guard)
             elif any(s.by_blocks for s in self._position.splits) and guard != self._position.guard:
                 raise CheckpointError(
                     f"{table.label} changed since this copy began, and its block-range splits (ctid) cannot go on "
                     "at another instant without losing or repeating rows; run it again with a new checkpoint and "
                     "output (or --overwrite), or with split_by=key on a table with a key")
+
+    def _unchanged(self, counters: str) -> bool:
+        """Whether an incremental run finds nothing to read: the table's change counters are the last run's (and
+        the last run's instant is young enough to keep: a run does not hand it on for ever)."""
+        if self._since is None or not counters or counters != self._last.get("changes"):
+            return False
+        return int(self._instant["xmax"]) - self._since < XID_WINDOW // 2
 
     def _plan(self, table: Table) -> list[PostgresSplit]:
         by_key = self._options.split_by == "key" or (self._options.split_by == "auto" and table.key)
@@ -145,19 +159,18 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
     def estimated_total_splits(self) -> int | None:
         return len(self._position.splits) if self._position is not None else None
 
-    def instant(self) -> dict[str, int]:
+    def instant(self) -> dict[str, Any]:
         """The run's snapshot: the oldest transaction it saw running, and the first it did not see (64-bit)."""
         return self._instant
 
     def keys(self) -> Iterator[pa.RecordBatch] | None:
-        """The table's keys in the run's snapshot, read by a reader of the key columns alone (typed as the copy's
-        readers type them), relation by relation in pages ordered by the key: an index scan."""
+        """The table's keys in the run's snapshot, as the copy's readers type them (read as a table of the key
+        columns alone), a scan of each relation."""
         table = self._table
-        if not table.key or any(k not in table.columns for k in table.key):
+        if not table.key or any(k not in table.columns for k in table.key) or self._instant is self._last:
             return None
-        keyed = dataclasses.replace(table, columns=table.key)
         options = dataclasses.replace(self._options, snapshot=self._snapshot or self._options.snapshot)
-        return _every_key(PostgresSplitReader(options, keyed), keyed)
+        return read_keys(options, dataclasses.replace(table, columns=table.key))
 
     def reader_options(self) -> dict[str, str]:
         """The run's snapshot, and the table as described, for every reader of this run."""
@@ -168,19 +181,6 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
             self._conn.close()  # ends the transaction: its snapshot can be imported no more
             self._conn = None
         super().close()
-
-
-def _every_key(reader: PostgresSplitReader, table: Table) -> Iterator[pa.RecordBatch]:
-    reader.add_splits([PostgresSplit(i, relation, row_bytes=8) for i, relation in enumerate(table.relations)])
-    left = len(table.relations)
-    try:
-        while left:
-            fetched = reader.fetch()
-            for _, (page, _) in fetched.batches:
-                yield page
-            left -= len(fetched.finished)
-    finally:
-        reader.close()
 
 
 def _guard(conn: Any, table: Table) -> str:
@@ -194,6 +194,23 @@ def _guard(conn: Any, table: Table) -> str:
             (relation,) * 4).fetchone()
         parts.append(f"{relation}:{':'.join(map(str, row))}")
     return ";".join(parts)
+
+
+def _counters(conn: Any, table: Table) -> str:
+    """A digest of what changes whenever a row of the table does (:func:`_guard`: each relation's file and its
+    counts of rows inserted, updated and deleted) and whenever those counts could start over (the server's start,
+    the database's statistics reset); empty where the server counts nothing (``track_counts`` off). A backend
+    publishes its transactions' counts after they commit (PostgreSQL 15 on: into shared memory, within seconds;
+    before 15 they went by UDP, which may drop them, so an older server gets no digest): a run that finds them
+    unchanged reads nothing and hands on the last run's instant, so the next run reads what they did not show
+    yet."""
+    guard = _guard(conn, table)
+    on, started, reset = conn.execute(
+        "SELECT current_setting('track_counts')::bool, pg_postmaster_start_time()::text, "
+        "(SELECT stats_reset::text FROM pg_stat_database WHERE datname = current_database())").fetchone()
+    if not on:
+        return ""
+    return hashlib.sha256(f"{guard};{started};{reset}".encode()).hexdigest()[:16]
 
 
 def _snapshot_id(text: str) -> str:

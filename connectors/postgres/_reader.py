@@ -10,7 +10,7 @@ split where its state says.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from splitsource import (
     Woken,
 )
 
-__all__ = ["PostgresEmitter", "PostgresSplitReader", "changed_since", "key_condition", "snapshot_gone"]
+__all__ = ["PostgresEmitter", "PostgresSplitReader", "changed_since", "key_condition", "read_keys", "snapshot_gone"]
 
 Raw = tuple[pa.RecordBatch, PostgresSplit]  # a page, and what is left of its split after it
 BLOCK = 8192
@@ -247,6 +247,22 @@ class _Connection:
             except Exception:  # noqa: BLE001 - a connection already lost closes with an error
                 pass
         self._handles = []
+
+
+def read_keys(options: PostgresOptions, table: Table) -> Iterator[pa.RecordBatch]:
+    """Every row of ``table`` (a table of its key columns alone), relation by relation in one query each, unordered
+    (a scan, not a walk of the index), inside the run's snapshot when ``options`` has one."""
+    connection = _Connection(conninfo(options, options=session_options(table.lc_monetary)), options)
+    try:
+        connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        if options.snapshot:
+            connection.execute(f"SET TRANSACTION SNAPSHOT {literal(options.snapshot)}")
+        where = f" WHERE {options.where}" if options.where else ""
+        for relation in table.relations:
+            page = connection.query(f"SELECT {', '.join(c.select for c in table.columns)} FROM {relation}{where}")
+            yield pa.RecordBatch.from_arrays(_arrays(table, page), schema=table.schema)
+    finally:
+        connection.close()
 
 
 def _shape_column(index: int) -> str:

@@ -56,7 +56,7 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
         return self.table.schema
 
     def create_enumerator(self, context: SplitEnumeratorContext) -> PostgresEnumerator:
-        return PostgresEnumerator(self.options, self.table, context, since=self._since_xmin())
+        return PostgresEnumerator(self.options, self.table, context, since=self._since_xmin(), last=self.since)
 
     def restore_enumerator(self, context: SplitEnumeratorContext,
                            state: EnumeratorState[PostgresSplit, PostgresPosition]) -> PostgresEnumerator:

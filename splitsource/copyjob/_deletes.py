@@ -59,27 +59,30 @@ class RunDeletes:
         found = enumerator.keys()
         if found is None:
             return
-        present = self._typed(pa.Table.from_batches(list(found)) if found else None)
-        deleted = self.held().join(present, list(self.keys), join_type="left anti")
+        batches = list(found)
+        present = self._typed(pa.Table.from_batches(batches) if batches else None)
+        keys = list(self.keys)
+        deleted = self.held().join(present, keys, join_type="left anti").group_by(keys).aggregate([])
         store = self.place.store
         sink = pa.BufferOutputStream()
         pq.write_table(deleted.combine_chunks(), sink)
         store.write(self.place.path, sink.getvalue().to_pybytes())
 
     def held(self) -> pa.Table:
-        """The keys the output holds now: a table's rows, or each key's newest row in the files unless it is a
-        delete."""
-        committer = self.committer
+        """The keys the output holds now (a key may come more than once): a table's rows; in files, each key whose
+        newest row is not a delete (within one run a key is never both)."""
+        committer, keys = self.committer, list(self.keys)
         if committer.table is not None:
             return self._typed(committer.table.read_columns(committer, self.keys))
-        fields = [*self.key_schema, *CHANGE_FIELDS]
-        rows = self._file_rows(committer.finished_files(), fields)
-        if not rows.num_rows:
-            return self._typed(None)
-        newest = rows.sort_by(RUN_COLUMN).group_by(list(self.keys), use_threads=False).aggregate(
-            [(CHANGE_COLUMN, "last")])
-        kept = newest.filter(pc.equal(newest.column(f"{CHANGE_COLUMN}_last"), "upsert"))
-        return self._typed(kept.select(list(self.keys)))
+        rows = self._file_rows(committer.finished_files(), [*self.key_schema, *CHANGE_FIELDS])
+        deleted = pc.equal(rows.column(CHANGE_COLUMN), "delete")
+        if not pc.any(deleted).as_py():
+            return self._typed(rows)
+        # the rows of keys ever deleted (few), newest first: a key whose newest is a delete is gone
+        touched = rows.join(rows.filter(deleted).select(keys), keys, join_type="left semi")
+        newest = touched.sort_by(RUN_COLUMN).group_by(keys, use_threads=False).aggregate([(CHANGE_COLUMN, "last")])
+        gone = newest.filter(pc.equal(newest.column(f"{CHANGE_COLUMN}_last"), "delete")).select(keys)
+        return self._typed(rows.filter(pc.invert(deleted)).join(gone, keys, join_type="left anti"))
 
     def applied(self, query_id: str) -> pa.Table | None:
         """The deletes run ``query_id`` applies: those found at its first plan, less the keys it read itself;

@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -119,11 +120,29 @@ def test_a_cursor_value_across_a_runs_end_freezing_and_a_run_with_nothing_new(po
     assert _run_ids(out, 3) == [1, 2, 3, *range(5001, 5101)], third.stdout
     assert _newest(out) == _truth(server, table_name)
     files = sorted(p.name for p in out.rglob("*.parquet"))
+    scans = _scans(server, table_name)
     nothing = _copy(server, table_name, out)
     assert nothing.stdout.startswith("run 4: nothing changed since run 3 (xmin="), nothing.stdout
+    # the table's change counters are run 3's: the run read neither the changed rows nor the keys
+    assert _scans(server, table_name) == scans
     assert "nothing committed" in nothing.stdout and len(nothing.stdout.strip().splitlines()) == 1
     assert sorted(p.name for p in out.rglob("*.parquet")) == files
     _verify(server, table_name, out)
+
+
+def _scans(server: PostgresServer, table: str) -> tuple[int, int]:
+    """The table's sequential and index scans so far, once every other session's counts are in: a session
+    publishes them as it ends, and the copy's sessions may still be ending when it exits."""
+    with server.connect() as conn:
+        deadline = time.monotonic() + 30
+        while conn.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                           "AND pid <> pg_backend_pid()").fetchone()[0]:
+            assert time.monotonic() < deadline, "another session is still open"
+            time.sleep(0.05)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        found = conn.execute("SELECT seq_scan, coalesce(idx_scan, 0) FROM pg_stat_user_tables "
+                             "WHERE relid = %s::regclass", (table,)).fetchone()
+        return int(found[0]), int(found[1])
 
 
 @pytest.fixture()
