@@ -52,14 +52,18 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
         self._since = since  # an incremental run's: the last run's snapshot's xmin
         self._last = dict(last or {})  # and the last run's whole instant
         self._instant: dict[str, Any] = {}
+        self._counters = ""  # the table's change counters before the snapshot (_counters)
+        self._keys_read = False  # keys() was asked for: this run finds the deletes
 
     def start(self) -> None:
         options = self._options
         self._conn = connect(options)
         with errors_in_one_line(options):
             table = self._table
-            # counted before the snapshot is taken: a change these counters include, the snapshot sees
-            counters = _counters(self._conn, table) if table.server_version >= 150000 else ""
+            # counted before the snapshot is taken: a change these counters include, the snapshot sees (so not
+            # with a snapshot the user exported before)
+            counters = _counters(self._conn, table) if table.server_version >= 150000 and not options.snapshot \
+                else ""
             self._conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if options.snapshot:
                 self._conn.execute(f"SET TRANSACTION SNAPSHOT '{_snapshot_id(options.snapshot)}'")
@@ -69,7 +73,8 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
                 xmin, xmax = self._conn.execute(
                     "SELECT pg_snapshot_xmin(s)::text::int8, pg_snapshot_xmax(s)::text::int8 "
                     "FROM pg_current_snapshot() s").fetchone()
-                self._instant = {"xmin": xmin, "xmax": xmax} | ({"changes": counters} if counters else {})
+                self._instant = {"xmin": xmin, "xmax": xmax}
+                self._counters = counters
                 if self._since is not None and xmax - self._since >= XID_WINDOW:
                     raise OptionsError(
                         f"{table.label}: {xmax - self._since:,} transactions since the last run's snapshot, more "
@@ -160,7 +165,11 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
         return len(self._position.splits) if self._position is not None else None
 
     def instant(self) -> dict[str, Any]:
-        """The run's snapshot: the oldest transaction it saw running, and the first it did not see (64-bit)."""
+        """The run's snapshot: the oldest transaction it saw running, and the first it did not see (64-bit); and
+        the table's change counters, where the run reads all that changed, deletes included (a full copy, or a run
+        that read the keys), so that a next run finding the same counters has nothing to read."""
+        if self._counters and self._instant is not self._last and (self._since is None or self._keys_read):
+            return self._instant | {"changes": self._counters}
         return self._instant
 
     def keys(self) -> Iterator[pa.RecordBatch] | None:
@@ -169,6 +178,7 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
         table = self._table
         if not table.key or any(k not in table.columns for k in table.key) or self._instant is self._last:
             return None
+        self._keys_read = True
         options = dataclasses.replace(self._options, snapshot=self._snapshot or self._options.snapshot)
         return read_keys(options, dataclasses.replace(table, columns=table.key))
 
