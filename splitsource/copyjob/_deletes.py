@@ -46,7 +46,8 @@ class RunDeletes:
         self.run, self.keys, self.schema = run, tuple(keys), schema
         self.committer, self.sink = committer, sink
         self.key_schema = pa.schema([schema.field(k).with_nullable(True) for k in self.keys])
-        self.place = checkpoint.child(f"deleted-run{run}.parquet")
+        self.place = checkpoint.child(f"deleted-run{run}.parquet")  # found at the first plan
+        self.final = checkpoint.child(f"deleted-run{run}-applied.parquet")  # less the run's own keys, at its end
         bucketed = set(self.keys) & set(sink.make_bucketer().columns)
         if committer.table is None and bucketed:
             raise OptionsError(f"--incremental: the key column {sorted(bucketed)[0]!r} is a bucket column, which "
@@ -63,10 +64,8 @@ class RunDeletes:
         present = self._typed(pa.Table.from_batches(batches) if batches else None)
         keys = list(self.keys)
         deleted = self.held().join(present, keys, join_type="left anti").group_by(keys).aggregate([])
-        store = self.place.store
-        sink = pa.BufferOutputStream()
-        pq.write_table(deleted.combine_chunks(), sink)
-        store.write(self.place.path, sink.getvalue().to_pybytes())
+        self.place.store.delete(self.final.path)  # a plan made again finds afresh
+        _write(self.place, deleted)
 
     def held(self) -> pa.Table:
         """The keys the output holds now (a key may come more than once): a table's rows; in files, each key whose
@@ -85,20 +84,23 @@ class RunDeletes:
         return self._typed(rows.filter(pc.invert(deleted)).join(gone, keys, join_type="left anti"))
 
     def applied(self, query_id: str) -> pa.Table | None:
-        """The deletes run ``query_id`` applies: those found at its first plan, less the keys it read itself;
-        None: none were looked for (a connector that does not see deletes)."""
+        """The deletes run ``query_id`` applies: those found at its first plan, less the keys it read itself,
+        kept in the checkpoint before anything applies them (the run's commit records, which say what it read,
+        are pruned once its table commit is made); None: none were looked for (a connector that does not see
+        deletes)."""
         store = self.place.store
+        if store.exists(self.final.path):
+            return self._read(self.final)
         if not store.exists(self.place.path):
             return None
-        with store.open_input(self.place.path) as stream:
-            deleted = self._typed(pq.read_table(stream))
-        if not deleted.num_rows:
-            return deleted
-        committer = self.committer
-        paths = [f.finished_path(committer.base, committer.names) for r, done in committer.records()
-                 if r.kind == "stream" and r.write_id == query_id for f in r.files]
-        read = self._file_rows(paths, list(self.key_schema))
-        return deleted.join(read, list(self.keys), join_type="left anti") if read.num_rows else deleted
+        deleted, committer = self._read(self.place), self.committer
+        if deleted.num_rows:
+            paths = [f.finished_path(committer.base, committer.names) for r, _ in committer.records()
+                     if r.kind == "stream" and r.write_id == query_id for f in r.files]
+            read = self._file_rows(paths, list(self.key_schema))
+            deleted = deleted.join(read, list(self.keys), join_type="left anti") if read.num_rows else deleted
+        _write(self.final, deleted)
+        return deleted
 
     def commit_to_files(self, query_id: str, writer: str, deleted: pa.Table) -> int:
         """Into a file output: the delete rows, committed once as batch 0 of ``<query_id>-deletes``; the rows
@@ -123,6 +125,10 @@ class RunDeletes:
                   for path in paths for arrays in fmt.batches(fs, path, fields, self.sink.csv_header)]
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
+    def _read(self, place: Location) -> pa.Table:
+        with place.store.open_input(place.path) as stream:
+            return self._typed(pq.read_table(stream))
+
     def _typed(self, keys: pa.Table | None) -> pa.Table:
         """``keys`` (any column order, types that cast to them) as the output's key columns."""
         if keys is None:
@@ -130,3 +136,10 @@ class RunDeletes:
         return pa.Table.from_arrays([keys.column(k).cast(f.type) for k, f in zip(self.keys, self.key_schema,
                                                                                    strict=True)],
                                     schema=self.key_schema)
+
+
+def _write(place: Location, keys: pa.Table) -> None:
+    """``keys`` as a Parquet file at ``place``, durably (synced, renamed, the directory synced)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(keys.combine_chunks(), sink)
+    place.store.write(place.path, sink.getvalue().to_pybytes())

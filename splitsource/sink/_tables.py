@@ -703,7 +703,9 @@ def publish(committer: CommitterView, records: Sequence[CommitView], deletes: pa
     log = log_id(committer, fmt)
     held = fmt.published(committer, log)
     todo = [r for r in records if r.seq > held]
-    gone = _held_keys(committer, deletes) if deletes is not None and deletes.num_rows else None
+    # the run's deletes: every one, with the run's commit; after it (a kill before the run was marked finished),
+    # those the table still holds (none: no commit)
+    gone = None if deletes is None or not deletes.num_rows else deletes if todo else _held_keys(committer, deletes)
     if not todo and gone is None:
         return False
     last = todo[-1] if todo else None
