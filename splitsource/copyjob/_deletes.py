@@ -48,8 +48,13 @@ class RunDeletes:
         self.key_schema = pa.schema([schema.field(k).with_nullable(True) for k in self.keys])
         self.place = checkpoint.child(f"deleted-run{run}.parquet")  # found at the first plan
         self.final = checkpoint.child(f"deleted-run{run}-applied.parquet")  # less the run's own keys, at its end
-        bucketed = set(self.keys) & set(sink.make_bucketer().columns)
-        if committer.table is None and bucketed:
+
+    @staticmethod
+    def check(keys: Sequence[str], sink: BucketingSinkOptions) -> None:
+        """Refuse, before a copy's first run, an output whose deleted keys could not be found: files that leave
+        a key column out (a bucket column)."""
+        bucketed = set(keys) & set(sink.make_bucketer().columns)
+        if sink.table_format == "none" and bucketed:
             raise OptionsError(f"--incremental: the key column {sorted(bucketed)[0]!r} is a bucket column, which "
                                "the files leave out, so a deleted key cannot be found in them: leave it out of "
                                "bucket_columns, or copy with --no-deletes")

@@ -346,7 +346,10 @@ def test_a_table_without_a_key_and_a_partitioned_table_output_are_refused_in_one
         conn.execute(f"CREATE TABLE {table_name} (id int8, name text)")
     for extra, words in ((["--output", str(tmp_path / "a")], "--incremental needs a key to apply a changed row by"),
                          (["--output", str(tmp_path / "b"), "--table-format", "delta", "--bucketer", "columns",
-                           "--sink-option", "bucket_columns=name"], None)):
+                           "--sink-option", "bucket_columns=name"], None),
+                         (["--output", str(tmp_path / "c"), "--bucketer", "columns", "--sink-option",
+                           "bucket_columns=id"], "--incremental: the key column 'id' is a bucket column, which the "
+                                                 "files leave out")):
         if words is None:
             make_events(postgres15, table_name, 10)
             words = "--incremental into a delta table applies each run's rows by key, into a table without partitions"
