@@ -435,7 +435,8 @@ def _read_one_split(source: AnySource, split: Split, reader: Any = None) -> list
         reader.close()
 
 
-def check_incremental(source: AnySource, change: Callable[[], AnySource], expected: pa.Table) -> None:
+def check_incremental(source: AnySource, change: Callable[[], AnySource], expected: pa.Table,
+                      deleted: pa.Table | None = None) -> None:
     """An incremental run reads exactly what changed, once, and nothing else (for a source whose
     :meth:`~splitsource.Source.incremental` accepts).
 
@@ -444,7 +445,10 @@ def check_incremental(source: AnySource, change: Callable[[], AnySource], expect
     to read after it: the same one, or one with the options the change needs (a generator's larger ``rows``). Read
     with ``since`` set to the instant, it must yield exactly ``expected``, the rows the change added or changed;
     for ``Changes.APPENDS``, the two reads together must also be the whole source after the change (nothing lost
-    where the first run ended). A third read, since the second's instant with nothing changed, must be empty."""
+    where the first run ended). A third read, since the second's instant with nothing changed, must be empty.
+    ``deleted`` (the key columns of the rows the change deleted, for a ``Changes.UPSERTS`` source): the keys an
+    enumerator of the run after the change lists (:meth:`~splitsource.SplitEnumerator.keys`) must be the first
+    read's less exactly these, and hold every key the run read."""
     check = "check_incremental"
     changes = source.incremental()
     first = InProcessRuntime(source, 2)
@@ -457,6 +461,9 @@ def check_incremental(source: AnySource, change: Callable[[], AnySource], expect
     if not expected.num_rows:
         raise _trivial(check, "the change changed no row")
     schema = source.schema()
+    if deleted is not None:
+        _check_deleted(_since(after, first.enumerator.instant()), pa.Table.from_batches(before, schema=schema),
+                       pa.Table.from_batches(changed, schema=schema), deleted)
     _assert_same(rows_of(changed, schema), rows_of(expected), f"{check}: the run after the change")
     _assert_same(rows_of(again, schema), Counter(), f"{check}: a run with nothing changed")
     if changes is Changes.APPENDS:
@@ -464,6 +471,31 @@ def check_incremental(source: AnySource, change: Callable[[], AnySource], expect
         _assert_same(rows_of(before + changed, schema), rows_of(whole, schema),
                      f"{check}: the two runs together, against the source read whole")
     _since(after, None)
+
+
+def _check_deleted(source: AnySource, first: pa.Table, read: pa.Table, deleted: pa.Table) -> None:
+    check = "check_incremental"
+    keys = list(source.key_columns())
+    assert source.incremental() is Changes.UPSERTS and keys, \
+        f"{check}: deleted is given, but the source is not one of upserts by key (Changes.UPSERTS, key_columns())"
+    lister = source.create_enumerator(FixedEnumeratorContext(1))
+    lister.start()
+    try:
+        found = lister.keys()
+        assert found is not None, f"{check}: deleted is given, but the enumerator's keys() is None: no delete is seen"
+        listed = pa.Table.from_batches(list(found), schema=pa.schema([source.schema().field(k) for k in keys]))
+    finally:
+        lister.close()
+
+    def key_set(table: pa.Table) -> set[Hashable]:
+        return set(rows_of(table.select(keys)))
+
+    present = key_set(listed)
+    _assert_same(Counter(key_set(first) - present), Counter(key_set(deleted)),
+                 f"{check}: the keys the first run read that keys() lists no more, against the deleted ones")
+    unlisted = key_set(read) - present
+    assert not unlisted, f"{check}: keys() does not list {len(unlisted)} key(s) the run after the change read, " \
+                         f"e.g. {sorted(unlisted, key=repr)[:3]}"
 
 
 def _since(source: AnySource, instant: Mapping[str, Any] | None) -> AnySource:

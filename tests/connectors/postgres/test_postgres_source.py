@@ -9,8 +9,10 @@ import decimal
 import hashlib
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from connectors.postgres import PostgresSource
@@ -419,3 +421,48 @@ def test_a_reader_counts_money_in_the_planner_s_locale(postgres15: PostgresServe
     reader.close()
     enumerator.close()
     assert values == {1: decimal.Decimal("1234.56"), 2: decimal.Decimal("-92233720368547758.08")}
+
+
+def _events(ids: list[int], name: str | None = None) -> pa.Table:
+    """``make_events``' rows of ``ids`` (columns id, name, score, flag), ``name`` in place of theirs if given."""
+    truth = expected_events(max(ids))
+    return pa.table({"id": ids, "name": [name if name is not None else truth[i][0] for i in ids],
+                     "score": [truth[i][1] for i in ids], "flag": [truth[i][2] for i in ids]})
+
+
+def test_the_kits_incremental_check_with_updates_inserts_and_deletes(postgres: PostgresServer,
+                                                                     table_name: str) -> None:
+    """An incremental run reads the updated and inserted rows, once, and the enumerator's keys() lists the table's
+    keys less the deleted ones; a keys() that leaves out a key the table holds is caught, by name."""
+    make_events(postgres, table_name, 3000)
+    source = PostgresSource(options(postgres, table_name, columns="id,name,score,flag", split_size_mb="0.05",
+                                    page_rows="500"))
+
+    def change() -> PostgresSource:
+        with postgres.connect() as conn:
+            conn.execute(f"UPDATE {table_name} SET name = 'kit' WHERE id <= 5")
+            conn.execute(f"INSERT INTO {table_name} (id, name, score, flag) SELECT i, 'kit', i * 0.5, i % 3 = 0 "
+                         "FROM generate_series(3001, 3010) i")
+            conn.execute(f"DELETE FROM {table_name} WHERE id > 2990 AND id <= 3000")
+        return source
+
+    changed = _events([*range(1, 6), *range(3001, 3011)], name="kit")
+    testing.check_incremental(source, change, changed, deleted=pa.table({"id": list(range(2991, 3001))}))
+
+    class ListsTooFew(PostgresSource):
+        def create_enumerator(self, context: FixedEnumeratorContext) -> Any:  # type: ignore[override]
+            enumerator = super().create_enumerator(context)
+            listed = enumerator.keys
+
+            def keys() -> Any:
+                found = listed()
+                return None if found is None else (b.filter(pc.not_equal(b.column("id"), 100)) for b in found)
+
+            enumerator.keys = keys  # type: ignore[method-assign]
+            return enumerator
+
+    make_events(postgres, table_name, 3000)
+    mutant = ListsTooFew(options(postgres, table_name, columns="id,name,score,flag"))
+    with pytest.raises(AssertionError, match="check_incremental: the keys the first run read that keys"):
+        testing.check_incremental(mutant, lambda: change() and mutant, changed,
+                                  deleted=pa.table({"id": list(range(2991, 3001))}))
