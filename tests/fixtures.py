@@ -3,6 +3,7 @@ and real PostgreSQL servers (15 and 18)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -230,13 +231,27 @@ class PostgresServer:
         return f"host=127.0.0.1 port={self.env['PGPORT']} user=postgres dbname=postgres"
 
     def connect(self, **kwargs: Any) -> Any:
-        import psycopg
-
-        return psycopg.connect(self.dsn, password=self.env["PGPASSWORD"], autocommit=True, **kwargs)
+        """A psycopg connection (autocommit) whose ``with`` block ends with its changes counted: the server's
+        change counters, which an incremental run compares with the last run's, include them (a session publishes
+        its counts at most once a second, and at its end, after its client is gone)."""
+        return _counted_connection().connect(self.dsn, password=self.env["PGPASSWORD"], autocommit=True, **kwargs)
 
     def run_env(self) -> dict[str, str]:
         """The environment of a copy: the password where libpq looks, never on its command line."""
         return {**os.environ, "PGPASSWORD": self.env["PGPASSWORD"]}
+
+
+@functools.cache
+def _counted_connection() -> Any:
+    import psycopg
+
+    class Counted(psycopg.Connection):
+        def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
+            if kind is None and not self.closed and self.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                self.execute("SELECT pg_stat_force_next_flush()")  # published before the statement returns
+            super().__exit__(kind, value, traceback)
+
+    return Counted
 
 
 class _PostgresServers:
