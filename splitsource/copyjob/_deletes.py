@@ -18,7 +18,9 @@ Keys are compared as the output's Arrow types (an anti-join of pyarrow's).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -34,7 +36,17 @@ from splitsource.sink._options import BucketingSinkOptions
 from splitsource.sink._writer import write_files
 from splitsource.sink.formats import FORMATS
 
-__all__ = ["RunDeletes"]
+__all__ = ["RunChanges", "RunDeletes"]
+
+
+@dataclass(frozen=True)
+class RunChanges:
+    """What an incremental run changed in the output, by key: the keys it deletes, and of the rows it read, how
+    many had a key the output did not hold (inserted) and how many replaced a row (updated)."""
+
+    deleted: pa.Table
+    inserted: int
+    updated: int
 
 
 class RunDeletes:
@@ -68,44 +80,55 @@ class RunDeletes:
         batches = list(found)
         present = self._typed(pa.Table.from_batches(batches) if batches else None)
         keys = list(self.keys)
-        deleted = self.held().join(present, keys, join_type="left anti").group_by(keys).aggregate([])
+        held, _ = self._output()
+        deleted = held.join(present, keys, join_type="left anti").group_by(keys).aggregate([])
         self.place.store.delete(self.final.path)  # a plan made again finds afresh
         _write(self.place, deleted)
 
-    def held(self) -> pa.Table:
-        """The keys the output holds now (a key may come more than once): a table's rows; in files, each key whose
-        newest row is not a delete (within one run a key is never both)."""
+    def applied(self, query_id: str) -> RunChanges | None:
+        """What run ``query_id`` changed in the output: the deletes found at its first plan, less the keys it read
+        itself, and how many of the rows it read were new keys; kept in the checkpoint before anything applies
+        them, so that a re-run applies and reports the same. None: no delete was looked for (a connector that does
+        not see deletes)."""
+        store = self.place.store
+        if store.exists(self.final.path):
+            return self._read_final()
+        if not store.exists(self.place.path):
+            return None
+        keys = list(self.keys)
+        held, read = self._output(query_id)
+        deleted = self._read(self.place)
+        if read.num_rows:
+            deleted = deleted.join(read, keys, join_type="left anti")
+        updated = read.join(held, keys, join_type="left semi").num_rows if read.num_rows else 0
+        changes = RunChanges(deleted, read.num_rows - updated, updated)
+        _write(self.final, deleted, {"inserted": changes.inserted, "updated": changes.updated})
+        return changes
+
+    def _output(self, query_id: str = "") -> tuple[pa.Table, pa.Table]:
+        """The keys the output held before this run (a key may come more than once: a table's rows; in files,
+        each key whose newest row of an earlier run is not a delete), and the keys this run wrote (an incremental
+        table's: its commit records, which the log keeps until the run's table commit; files': their rows of this
+        run, whose records the log may have pruned)."""
         committer, keys = self.committer, list(self.keys)
         if committer.table is not None:
-            return self._typed(committer.table.read_columns(committer, self.keys))
+            paths = [f.finished_path(committer.base, committer.names) for r, _ in committer.records()
+                     if r.kind == "stream" and r.write_id == query_id for f in r.files] if query_id else []
+            return (self._typed(committer.table.read_columns(committer, self.keys)),
+                    self._typed(self._file_rows(paths, list(self.key_schema))))
         rows = self._file_rows(committer.finished_files(), [*self.key_schema, *CHANGE_FIELDS])
         deleted = pc.equal(rows.column(CHANGE_COLUMN), "delete")
+        mine = pc.equal(rows.column(RUN_COLUMN), self.run)
+        read = self._typed(rows.filter(pc.and_(mine, pc.invert(deleted))))
+        rows = rows.filter(pc.invert(mine))
+        deleted = pc.equal(rows.column(CHANGE_COLUMN), "delete")
         if not pc.any(deleted).as_py():
-            return self._typed(rows)
+            return self._typed(rows), read
         # the rows of keys ever deleted (few), newest first: a key whose newest is a delete is gone
         touched = rows.join(rows.filter(deleted).select(keys), keys, join_type="left semi")
         newest = touched.sort_by(RUN_COLUMN).group_by(keys, use_threads=False).aggregate([(CHANGE_COLUMN, "last")])
         gone = newest.filter(pc.equal(newest.column(f"{CHANGE_COLUMN}_last"), "delete")).select(keys)
-        return self._typed(rows.filter(pc.invert(deleted)).join(gone, keys, join_type="left anti"))
-
-    def applied(self, query_id: str) -> pa.Table | None:
-        """The deletes run ``query_id`` applies: those found at its first plan, less the keys it read itself,
-        kept in the checkpoint before anything applies them (the run's commit records, which say what it read,
-        are pruned once its table commit is made); None: none were looked for (a connector that does not see
-        deletes)."""
-        store = self.place.store
-        if store.exists(self.final.path):
-            return self._read(self.final)
-        if not store.exists(self.place.path):
-            return None
-        deleted, committer = self._read(self.place), self.committer
-        if deleted.num_rows:
-            paths = [f.finished_path(committer.base, committer.names) for r, _ in committer.records()
-                     if r.kind == "stream" and r.write_id == query_id for f in r.files]
-            read = self._file_rows(paths, list(self.key_schema))
-            deleted = deleted.join(read, list(self.keys), join_type="left anti") if read.num_rows else deleted
-        _write(self.final, deleted)
-        return deleted
+        return self._typed(rows.filter(pc.invert(deleted)).join(gone, keys, join_type="left anti")), read
 
     def commit_to_files(self, query_id: str, writer: str, deleted: pa.Table) -> int:
         """Into a file output: the delete rows, committed once as batch 0 of ``<query_id>-deletes``; the rows
@@ -134,6 +157,12 @@ class RunDeletes:
         with place.store.open_input(place.path) as stream:
             return self._typed(pq.read_table(stream))
 
+    def _read_final(self) -> RunChanges:
+        with self.final.store.open_input(self.final.path) as stream:
+            table = pq.read_table(stream)
+        counts = json.loads((table.schema.metadata or {}).get(b"splitsource", b"{}"))
+        return RunChanges(self._typed(table), int(counts.get("inserted", 0)), int(counts.get("updated", 0)))
+
     def _typed(self, keys: pa.Table | None) -> pa.Table:
         """``keys`` (any column order, types that cast to them) as the output's key columns."""
         if keys is None:
@@ -143,8 +172,12 @@ class RunDeletes:
                                     schema=self.key_schema)
 
 
-def _write(place: Location, keys: pa.Table) -> None:
-    """``keys`` as a Parquet file at ``place``, durably (synced, renamed, the directory synced)."""
+def _write(place: Location, keys: pa.Table, counts: dict[str, int] | None = None) -> None:
+    """``keys`` as a Parquet file at ``place`` (``counts`` in its metadata), durably (synced, renamed, the
+    directory synced)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(keys.combine_chunks(), sink)
+    table = keys.combine_chunks()
+    if counts is not None:
+        table = table.replace_schema_metadata({"splitsource": json.dumps(counts)})
+    pq.write_table(table, sink)
     place.store.write(place.path, sink.getvalue().to_pybytes())

@@ -27,7 +27,7 @@ from splitsource._fs import Location, is_uri, locate, redact, sibling_uri
 from splitsource._names import FINISHED_FILE, RECORDS_SUFFIX, SINK_DESCRIPTION
 from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
 from splitsource._planning import read_settings
-from splitsource.copyjob._deletes import RunDeletes
+from splitsource.copyjob._deletes import RunChanges, RunDeletes
 from splitsource.copyjob._ownership import (
     DEFAULT_LEASE_S,
     Claim,
@@ -73,7 +73,10 @@ class CopySummary:
     changes: str = ""  # what an incremental run reads: "appends" or "upserts" (Changes)
     since: dict[str, Any] = field(default_factory=dict)  # the instant the run read the changes after (run 2 on)
     instant: dict[str, Any] = field(default_factory=dict)  # the instant this run read at: the next one's since
-    deleted: int = -1  # keys an incremental run deleted from the output (-1: deletes not looked for)
+    # an upserts run's rows by what they did to the output, by key (-1: not told apart: deletes not looked for)
+    inserted: int = -1
+    updated: int = -1
+    deleted: int = -1
 
     def text(self) -> str:
         if self.run > 1 and self.run_rows == 0 and self.deleted <= 0:
@@ -91,12 +94,11 @@ class CopySummary:
                          f"{f'; events: {events}' if events else ''}")
             lines += [f"  {detail}" for detail in self.event_details[:10]]
         if self.run:
-            kind = "rows added" if self.changes == "appends" else \
-                "rows added or changed (upserts by key; deletes are not seen)" if self.deleted < 0 else \
-                f"rows added or changed and {self.deleted:,} deleted (by key)"
+            kind = f"{self.run_rows:,} rows added" if self.changes == "appends" else \
+                f"{self.run_rows:,} rows added or changed (upserts by key; deletes are not seen)" if self.deleted < 0 \
+                else f"{self.inserted:,} rows inserted, {self.updated:,} updated and {self.deleted:,} deleted (by key)"
             lines.insert(0, f"run {self.run} of an incremental copy, at {_instant(self.instant)}: " + (
-                "a full copy" if self.run == 1 else f"{self.run_rows:,} {kind} since run {self.run - 1} "
-                                                    f"({_instant(self.since)})"))
+                "a full copy" if self.run == 1 else f"{kind} since run {self.run - 1} ({_instant(self.since)})"))
         if self.unsized:
             lines.append(f"batches: {UNSIZED_SPLITS_PER_BATCH} splits each, since the connector's splits estimate "
                          "no size (Split.estimated_size_bytes is 0)")
@@ -217,7 +219,7 @@ class Copy:
         self.since: dict[str, Any] = {}  # an incremental run's: the instant of the run before
         self.resumed: bool | None = None  # whether this call resumes its run (None: whether it resumed the copy)
         self.deletes: RunDeletes | None = None  # an incremental run's deletes (found at its first plan)
-        self.deleted = -1  # the keys this run deleted (-1: deletes not looked for)
+        self.changed: RunChanges | None = None  # what the run changed by key (None: deletes not looked for)
         if self.changes is Changes.UPSERTS and self.sink.table_format != "none" and self.sink.bucketer != "none":
             raise OptionsError(f"--incremental into a {self.sink.table_format} table applies each run's rows by key, "
                                "into a table without partitions: leave out the bucketer")
@@ -342,8 +344,8 @@ class Copy:
         result = self.engine.run(run)
         query = run_query_id(self.engine.name, run.token, run.run)
         deletes = self.deletes
-        deleted = deletes.applied(query) if deletes is not None else None
-        self.deleted = -1 if deleted is None else deleted.num_rows
+        self.changed = deletes.applied(query) if deletes is not None else None
+        deleted = self.changed.deleted if self.changed is not None else None
         if deletes is not None and deleted is not None and self.committer.table is None:
             deletes.commit_to_files(query, copy_writer_id(run.token), deleted)
         if self.committer.run_at_once:
@@ -364,6 +366,8 @@ class Copy:
         size = sum((e.size or 0) for e in (committer.fs.info(p) for p in files) if e is not None)
         rows, seconds = total_rows - rows_before, time.monotonic() - started
         run_rows = total_rows - self.committed_rows(claimed.token, result.run - 1) if self.changes else 0
+        changed = self.changed
+        by_key = (-1, -1, -1) if changed is None else (changed.inserted, changed.updated, changed.deleted.num_rows)
         summary = CopySummary(rows, total_rows, len(files), size, result.taken, result.batches, seconds,
                               rows / seconds if seconds > 0 else 0.0,
                               claimed.resumed if self.resumed is None else self.resumed, self.output.shown,
@@ -371,7 +375,7 @@ class Copy:
                               dict(sorted(stats.split_rows.items())), stats.events, stats.event_details,
                               result.unsized, result.run if self.changes else 0, run_rows,
                               self.changes.value if self.changes else "", self.since, dict(result.instant),
-                              self.deleted)
+                              *by_key)
         if self.progress is not None:
             self.progress.update(result.taken, max(result.taken, result.total), rows, final=True)
         committer.end_of_input(json.dumps(asdict(summary)).encode())
