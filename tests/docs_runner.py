@@ -157,6 +157,9 @@ def page_env(hosts: str) -> dict[str, str]:
 
 
 def new_page(path: Path, tmp_path_factory: Any, hosts: str) -> Page:
+    from tests.fixtures import await_setup
+
+    await_setup("s3", "extras")  # a page's commands may use any of what scripts/test.sh sets up
     scratch = tmp_path_factory.mktemp(f"docs-{path.stem}")
     for name in LINKED:
         (scratch / name).symlink_to(ROOT / name)

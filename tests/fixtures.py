@@ -168,18 +168,12 @@ class S3Server:
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A real S3 API on loopback, started from the cache (built by ``scripts/s3server.py install``, which
-    scripts/test.sh runs in the background while the first tests run: where ``SPLITSOURCE_S3_BUILD`` names the file
-    its exit status will be in, this waits for it); the standard AWS variables are set for this process and its
-    children."""
+    scripts/test.sh runs in the background while the first tests run: :func:`await_setup`); the standard AWS
+    variables are set for this process and its children."""
     from scripts.s3server import BINARY, start, stop
 
-    status = os.environ.get("SPLITSOURCE_S3_BUILD")
-    if status and not BINARY.exists():
-        wait_for(lambda: Path(status).exists(), "the S3 server's build (scripts/s3server.py install)", 1800)
-        if Path(status).read_text().strip() != "0":
-            log = Path(status).with_name("log")
-            pytest.fail(f"building the S3 server failed: {log.read_text()[-2000:] if log.exists() else ''}",
-                        pytrace=False)
+    if not BINARY.exists():
+        await_setup("s3")
     root = tmp_path_factory.mktemp("s3")
     port = search_port(18533, 18633, "the S3 server", span=6, step=10)  # a server takes six ports from its first
     try:
@@ -202,8 +196,11 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 @pytest.fixture(scope="session")
 def iceberg_rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Apache Iceberg REST catalog on loopback (Iceberg's own REST catalog server, from the cache: built by
-    ``scripts/iceberg_rest.py install``, which scripts/test.sh runs); its URI, the ``iceberg_catalog`` option."""
+    ``scripts/iceberg_rest.py install``, which scripts/test.sh runs in the background: :func:`await_setup`); its
+    URI, the ``iceberg_catalog`` option."""
     from scripts.iceberg_rest import start, stop
+
+    await_setup("iceberg-rest")
 
     root = tmp_path_factory.mktemp("iceberg-rest")
     port = search_port(18181, 18281, "the Iceberg REST catalog", step=10)
@@ -349,6 +346,24 @@ def first_split(source: Any) -> tuple[Any, Any]:
     split = enumerator.next_split()
     assert split is not None, "the plan gave no split"
     return enumerator, split
+
+
+def await_setup(*steps: str) -> None:
+    """Wait for steps of the set-up that scripts/test.sh runs in the background while the first tests run (the S3
+    server's build, ``s3``; and scripts/setup_tests.sh's: ``packages``, ``cassandra-lines``, ``iceberg-rest``,
+    ``s3a-jars``, ``table-jars``, and ``extras`` for all of them), where ``SPLITSOURCE_SETUP`` names the directory
+    their exit statuses go to; fail with a step's output if it failed. Without it (pytest run by hand), nothing to
+    wait for."""
+    folder = os.environ.get("SPLITSOURCE_SETUP")
+    if not folder:
+        return
+    for step in steps:
+        status = Path(folder) / f"{step}.status"
+        wait_for(status.exists, f"the set-up step {step!r} (scripts/test.sh)", 1800)
+        if status.read_text().strip() != "0":
+            log = status.with_suffix(".log")
+            pytest.fail(f"the set-up step {step!r} failed: {log.read_text()[-2000:] if log.exists() else ''}",
+                        pytrace=False)
 
 
 def wait_for(predicate: Any, what: str, timeout: float, alive: Any = None) -> None:

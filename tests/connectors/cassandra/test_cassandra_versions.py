@@ -39,8 +39,9 @@ def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     from cassandra.cluster import Cluster
 
     from scripts.cassandra import Settings, start, stop
-    from tests.fixtures import free_loopback_block
+    from tests.fixtures import await_setup, free_loopback_block
 
+    await_setup("cassandra-lines")
     version: str = request.param
     index = free_loopback_block(1, INDEXES)
     address = f"127.0.0.{index}"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures import ROOT
+from tests.fixtures import ROOT, await_setup
 
 pytestmark = pytest.mark.slow
 
@@ -149,6 +149,7 @@ def test_readers_pointed_at_the_s3_output_read_exactly_the_committed_rows(s3: An
                "aws_allow_http": "true"}
     polars_ids = pl.read_parquet(uri + "/", storage_options=options)["id"].to_list()
     assert sorted(polars_ids) == list(range(ROWS))
+    await_setup("packages", "s3a-jars")
     assert (DUCKDB_S3 / ".complete").exists(), "scripts/test.sh installs DuckDB's S3 reader into .venv/duckdb-s3"
     env = {**os.environ, "PYTHONPATH": str(DUCKDB_S3)}
     duck = subprocess.run([sys.executable, "-c", DUCKDB_QUERY, str(DUCKDB_S3), uri], capture_output=True, text=True,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
-from tests.fixtures import ROOT
+from tests.fixtures import ROOT, await_setup
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ROWS = 20_000
@@ -91,6 +91,7 @@ CLIENT_PACKAGES = ROOT / ".venv" / "connect-client"  # installed by scripts/test
 
 
 def test_read_sql_sink_and_a_read_to_sink_copy_through_spark_connect(connect_url: str, tmp_path: Path) -> None:
+    await_setup("packages")
     if not (CLIENT_PACKAGES / ".complete").exists():
         pytest.fail(f"the Spark Connect client's packages are not in {CLIENT_PACKAGES}: run scripts/test.sh",
                     pytrace=False)

@@ -20,7 +20,7 @@ import pytest
 
 from scripts import spark_tables
 from splitsource.sink import parse_sink_options
-from tests.fixtures import ROOT
+from tests.fixtures import ROOT, await_setup
 from tests.splitsource.copyjob.test_copy import run
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.usefixtures("pyiceberg_planner")]
@@ -40,6 +40,7 @@ def _copy_and_read_with_spark(tmp_path: Path, fmt: str, spark: Path) -> None:
 
     from splitsource.sink import open_table
 
+    await_setup("packages", "table-jars")
     assert (spark / ".complete").exists(), f"{spark.name} is not installed apart: run scripts/test.sh"
     out = tmp_path / "table"
     result = run(["copy", *GEN, "--engine", "local", "--output", str(out), "--table-format", fmt,
