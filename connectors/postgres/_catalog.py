@@ -187,28 +187,28 @@ class Table:
 
 
 def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: str = "") -> Table:
-    """Describe ``table`` over the psycopg connection ``conn``: its columns (``columns``: a comma-separated
-    subset; ``text_columns``: read as text), its key and its relations."""
-    found = conn.execute("SELECT to_regclass(%s)::oid, to_regclass(%s)::text", (table, table)).fetchone()
+    """Describe ``table`` over ``conn`` (a :class:`~connectors.postgres._session.Connection`): its columns
+    (``columns``: a comma-separated subset; ``text_columns``: read as text), its key and its relations."""
+    found = conn.row("SELECT to_regclass(%s)::oid::int8, to_regclass(%s)::text", table, table)
     if found is None or found[0] is None:
         raise PostgresConnectionError(f"option 'table': no table {table} in this database (as the login sees it)")
     oid, qualified = found
-    if not conn.execute("SELECT has_table_privilege(%s, 'SELECT')", (oid,)).fetchone()[0]:
+    if not conn.row("SELECT has_table_privilege(%s::oid, 'SELECT')", oid)[0]:
         raise PostgresLoginError(f"PostgreSQL: permission denied for table {qualified}: the login needs SELECT on "
                                  "it (GRANT SELECT ON ... TO ...)")
-    rows = conn.execute(
-        """SELECT a.attname, format_type(a.atttypid, a.atttypmod),
+    rows = conn.rows(
+        """SELECT a.attname::text, format_type(a.atttypid, a.atttypmod),
                   CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod) END AS domain_of,
-                  (SELECT b.typname FROM pg_type b WHERE b.oid = coalesce(nullif(t.typbasetype, 0), a.atttypid)),
+                  (SELECT b.typname::text FROM pg_type b WHERE b.oid = coalesce(nullif(t.typbasetype, 0), a.atttypid)),
                   NOT a.attnotnull
            FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-           WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum""", (oid,)).fetchall()
-    leaves = conn.execute(
-        """SELECT t.relid::regclass::text FROM pg_partition_tree(%s) t JOIN pg_class c ON c.oid = t.relid
-           WHERE t.isleaf AND c.relkind IN ('r', 'm', 'p') ORDER BY t.relid::regclass::text""", (oid,)).fetchall()
+           WHERE a.attrelid = %s::oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum""", oid)
+    leaves = conn.rows(
+        """SELECT t.relid::regclass::text FROM pg_partition_tree(%s::oid) t JOIN pg_class c ON c.oid = t.relid
+           WHERE t.isleaf AND c.relkind IN ('r', 'm', 'p') ORDER BY t.relid::regclass::text""", oid)
     catalog = {
-        "label": conn.execute("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
-                              "ON n.oid = c.relnamespace WHERE c.oid = %s", (oid,)).fetchone()[0],
+        "label": conn.row("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
+                          "ON n.oid = c.relnamespace WHERE c.oid = %s::oid", oid)[0],
         "qualified": qualified,
         "columns": [list(r) for r in rows],
         "key": list(_key(conn, oid)),
@@ -216,10 +216,10 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
     }
     # in one round trip: the server's version; a money value's number of fractional digits (its locale's) and that
     # locale, which readers then set; which cluster and database this is (Source.origin)
-    version, scale, lc_monetary, system, database = conn.execute(
+    version, scale, lc_monetary, system, database = conn.row(
         "SELECT current_setting('server_version_num')::int, scale('0'::money::numeric), "
-        "current_setting('lc_monetary'), system_identifier::text, current_database() FROM pg_control_system()"
-    ).fetchone()
+        "current_setting('lc_monetary'), system_identifier::text, current_database()::text FROM pg_control_system()"
+    )
     catalog.update(version=version, money=[scale, lc_monetary], origin=[system, database])
     return _table(table, catalog, json.dumps(catalog), columns, text_columns, decimal)
 
@@ -318,13 +318,13 @@ def _column(name: str, type_name: str, domain_of: str | None, base: str, nullabl
 def _key(conn: Any, oid: int) -> Sequence[str]:
     """The columns of the primary key, else of the narrowest unique index on not-null columns (no expression, no
     predicate); () when there is none."""
-    rows = conn.execute(
-        """SELECT array_agg(a.attname ORDER BY k.ord), bool_and(a.attnotnull), i.indisprimary
+    rows = conn.rows(
+        """SELECT array_agg(a.attname::text ORDER BY k.ord), bool_and(a.attnotnull), i.indisprimary
            FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-           WHERE i.indrelid = %s AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+           WHERE i.indrelid = %s::oid AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
            GROUP BY i.indexrelid, i.indisprimary ORDER BY i.indisprimary DESC, count(*), i.indexrelid""",
-        (oid,)).fetchall()
+        oid)
     for names, not_null, _ in rows:
         if not_null:
             return list(names)

@@ -68,11 +68,11 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
             if options.snapshot:
                 self._conn.execute(f"SET TRANSACTION SNAPSHOT '{_snapshot_id(options.snapshot)}'")
             else:
-                self._snapshot = self._conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+                self._snapshot = self._conn.row("SELECT pg_export_snapshot()")[0]
             if table.server_version >= 130000:
-                xmin, xmax = self._conn.execute(
+                xmin, xmax = self._conn.row(
                     "SELECT pg_snapshot_xmin(s)::text::int8, pg_snapshot_xmax(s)::text::int8 "
-                    "FROM pg_current_snapshot() s").fetchone()
+                    "FROM pg_current_snapshot() s")
                 self._instant = {"xmin": xmin, "xmax": xmax}
                 self._counters = counters
                 if self._since is not None and xmax - self._since >= XID_WINDOW:
@@ -109,9 +109,9 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
         target = self._options.split_size_mb * 1024 * 1024
         splits: list[PostgresSplit] = []
         for relation in table.relations:
-            size, blocks, tuples = self._conn.execute(
+            size, blocks, tuples = self._conn.row(
                 "SELECT pg_table_size(c.oid), pg_relation_size(c.oid), c.reltuples FROM pg_class c "
-                "WHERE c.oid = %s::regclass", (relation,)).fetchone()
+                "WHERE c.oid = %s::regclass", relation)
             count = max(1, math.ceil(size / target))
             blocks //= BLOCK
             row_bytes = max(1, int(size / tuples)) if tuples and tuples > 0 else 100
@@ -137,9 +137,9 @@ class PostgresEnumerator(SplitEnumerator[PostgresSplit, PostgresPosition]):
         # qualified: an output column of the same name (the text) would be sorted as text
         order = ", ".join(f"{relation}.{ident(c.name)}" for c in table.key)
         where = f" WHERE {self._options.where}" if self._options.where else ""
-        sample = self._conn.execute(
+        sample = self._conn.rows(
             f"SELECT {keys} FROM {relation} TABLESAMPLE SYSTEM ({percent}) REPEATABLE (0){where} ORDER BY {order}"
-        ).fetchall()
+        )
         bounds: list[tuple[str, ...]] = []
         for i in range(1, count):
             if not sample:
@@ -198,10 +198,10 @@ def _guard(conn: Any, table: Table) -> str:
     deleted rows (statistics a SELECT-only role can read; the server publishes them within about a second)."""
     parts = []
     for relation in table.relations:
-        row = conn.execute(
+        row = conn.row(
             "SELECT pg_relation_filenode(%s::regclass), pg_stat_get_tuples_inserted(%s::regclass), "
             "pg_stat_get_tuples_updated(%s::regclass), pg_stat_get_tuples_deleted(%s::regclass)",
-            (relation,) * 4).fetchone()
+            *(relation,) * 4)
         parts.append(f"{relation}:{':'.join(map(str, row))}")
     return ";".join(parts)
 
@@ -215,9 +215,9 @@ def _counters(conn: Any, table: Table) -> str:
     unchanged reads nothing and hands on the last run's instant, so the next run reads what they did not show
     yet."""
     guard = _guard(conn, table)
-    on, started, reset = conn.execute(
+    on, started, reset = conn.row(
         "SELECT current_setting('track_counts')::bool, pg_postmaster_start_time()::text, "
-        "(SELECT stats_reset::text FROM pg_stat_database WHERE datname = current_database())").fetchone()
+        "(SELECT stats_reset::text FROM pg_stat_database WHERE datname = current_database())")
     if not on:
         return ""
     return hashlib.sha256(f"{guard};{started};{reset}".encode()).hexdigest()[:16]

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from connectors.postgres._catalog import Column, Table, ident, literal, session_options
-from connectors.postgres._options import PostgresOptions, conninfo
-from connectors.postgres._session import login_error, one_line
+from connectors.postgres._catalog import Column, Table, ident, literal
+from connectors.postgres._options import PostgresOptions
+from connectors.postgres._session import Connection, connect, one_line
 from connectors.postgres._splits import PostgresSplit, narrowed
 from splitsource import (
     OptionsError,
@@ -38,8 +37,6 @@ __all__ = ["PostgresEmitter", "PostgresSplitReader", "changed_since", "key_condi
 
 Raw = tuple[pa.RecordBatch, PostgresSplit]  # a page, and what is left of its split after it
 BLOCK = 8192
-# the most bytes of Arrow the driver puts in one batch: above a page's, so a page comes in one batch, used as it is
-BATCH_BYTES = 1 << 30
 
 
 class SnapshotGoneError(SplitReadError):
@@ -69,17 +66,16 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
     def __init__(self, options: PostgresOptions, table: Table, since: int | None = None) -> None:
         self._options, self._table, self._since = options, table, since
         self._queue: SplitQueue[PostgresSplit, PostgresSplit] = SplitQueue(lambda split: split)
-        self._connection: _Connection | None = None
+        self._connection: Connection | None = None
         self._events: list[ReadEvent] = []
         self._wake = WakeUp(self._cancel)
 
     def add_splits(self, splits: Sequence[PostgresSplit]) -> None:
         self._queue.add(splits)
 
-    def _connection_for(self, split: PostgresSplit) -> _Connection:
+    def _connection_for(self, split: PostgresSplit) -> Connection:
         if self._connection is None:
-            connection = _Connection(conninfo(self._options, options=session_options(self._table.lc_monetary)),
-                                     self._options)
+            connection = connect(self._options, self._table.lc_monetary)
             connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if self._options.snapshot:
                 try:
@@ -174,7 +170,7 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
         _refuse_beyond_arrow(table, arrays, page)
         return pa.RecordBatch.from_arrays(arrays, schema=table.schema), after
 
-    def _query(self, connection: _Connection, sql: str) -> pa.RecordBatch:
+    def _query(self, connection: Connection, sql: str) -> pa.RecordBatch:
         with self._wake.call():
             return connection.query(sql)
 
@@ -194,65 +190,10 @@ class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
             self._connection = None
 
 
-class _Connection:
-    """One ADBC connection and its statement, through the driver manager's own API (its DB-API layer imports
-    pyarrow.dataset, and polars where installed: a tenth of a second in every process that reads).
-
-    The driver knows the built-in types from its own table (``type_resolver_mode=builtin``) instead of reading
-    ``pg_type`` and every column of ``pg_attribute`` at each connection (measured: 0.07 s on an empty database, 1.0 s
-    on one of 5,000 tables, against 0.02 s): a reader asks only for built-in types, every other one as ``::text``."""
-
-    def __init__(self, uri: str, options: PostgresOptions) -> None:
-        import adbc_driver_manager
-        import adbc_driver_postgresql
-
-        self._handles: list[Any] = []
-        try:
-            self._handles.append(adbc_driver_postgresql.connect(
-                uri, db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"}))
-            self._handles.append(adbc_driver_manager.AdbcConnection(self._handles[0]))
-        except Exception as exc:  # the driver's own error classes
-            self.close()
-            raise login_error(exc, options) from None
-        self._statement = adbc_driver_manager.AdbcStatement(self._handles[1])
-        self._handles.append(self._statement)
-        self._statement.set_options(**{"adbc.postgresql.batch_size_hint_bytes": str(BATCH_BYTES)})
-
-    def execute(self, sql: str) -> None:
-        self._statement.set_sql_query(sql)
-        self._statement.execute_update()
-
-    def query(self, sql: str) -> pa.RecordBatch:
-        """The query's rows as one record batch: the driver's own when the page came in one (it does up to
-        ``BATCH_BYTES``), else the driver's batches copied into one."""
-        self._statement.set_sql_query(sql)
-        stream, _ = self._statement.execute_query()
-        result = pa.RecordBatchReader.from_stream(stream).read_all()
-        batches = result.to_batches()
-        if len(batches) == 1:
-            return batches[0]
-        return pa.RecordBatch.from_arrays([c.combine_chunks() for c in result.columns], schema=result.schema)
-
-    def cancel(self) -> None:
-        """Ask the server to cancel the statement running now (from another thread); a finished one is left be."""
-        try:
-            self._statement.cancel()
-        except Exception:  # noqa: BLE001 - a connection closed meanwhile has nothing to cancel
-            pass
-
-    def close(self) -> None:
-        for handle in reversed(self._handles):
-            try:
-                handle.close()
-            except Exception:  # noqa: BLE001 - a connection already lost closes with an error
-                pass
-        self._handles = []
-
-
 def read_keys(options: PostgresOptions, table: Table) -> Iterator[pa.RecordBatch]:
     """Every row of ``table`` (a table of its key columns alone), relation by relation in one query each, unordered
     (a scan, not a walk of the index), inside the run's snapshot when ``options`` has one."""
-    connection = _Connection(conninfo(options, options=session_options(table.lc_monetary)), options)
+    connection = connect(options, table.lc_monetary)
     try:
         connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         if options.snapshot:

@@ -16,9 +16,10 @@ from connectors.postgres._catalog import (
     described,
     ident,
     literal,
+    session_options,
 )
 from connectors.postgres._enumerator import PostgresEnumerator
-from connectors.postgres._options import PostgresOptions
+from connectors.postgres._options import PostgresOptions, conninfo
 from connectors.postgres._reader import PostgresEmitter, PostgresSplitReader
 from connectors.postgres._session import connect, errors_in_one_line, transient
 from connectors.postgres._splits import POSITIONS, SPLITS, PostgresPosition, PostgresSplit
@@ -133,7 +134,7 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
         apart from the readers' ADBC decoding; part ``part`` of ``parts`` is a run of blocks of each relation."""
         table = self.table
         select = ", ".join(_plain(c) for c in table.columns)
-        with connect(self.options) as conn, errors_in_one_line(self.options):
+        with errors_in_one_line(self.options), _psycopg(self.options) as conn:
             for relation in table.relations:
                 blocks = conn.execute("SELECT pg_relation_size(%s::regclass) / 8192", (relation,)).fetchone()[0]
                 lo, hi = blocks * part // parts, blocks * (part + 1) // parts
@@ -151,6 +152,14 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
 
     def reference_label(self, part: int, parts: int) -> str:
         return f"blocks part {part + 1} of {parts}"
+
+
+def _psycopg(options: PostgresOptions) -> Any:
+    """A psycopg connection (autocommit) with the connector's session settings: ``verify``'s reference rows come
+    through it, a decoding apart from the readers' (ADBC's)."""
+    import psycopg
+
+    return psycopg.connect(conninfo(options, options=session_options()), autocommit=True)
 
 
 def _plain(column: Column, item: str = "") -> str:

@@ -342,7 +342,7 @@ def test_a_wake_up_that_reaches_the_server_before_the_query_still_cancels_it(
     cancel sent again, and the fetch returns no rows, where one cancel alone would have let the page through."""
     import threading
 
-    from connectors.postgres import _reader
+    from connectors.postgres import _session
 
     make_events(postgres15, table_name, 10)
     source = PostgresSource(options(postgres15, table_name, page_rows="5", split_size_mb="1",
@@ -351,21 +351,21 @@ def test_a_wake_up_that_reaches_the_server_before_the_query_still_cancels_it(
     reader = source.create_split_reader()
     reader.add_splits([split])
     sending, cancels = threading.Event(), []
-    query, cancel = _reader._Connection.query, _reader._Connection.cancel
+    query, cancel = _session.Connection.query, _session.Connection.cancel
 
-    def held_query(connection: _reader._Connection, sql: str) -> pa.RecordBatch:
+    def held_query(connection: _session.Connection, sql: str) -> pa.RecordBatch:
         if "pg_sleep" in sql:
             sending.set()
             while not cancels:  # the wake-up's first cancel, sent while no query runs on the server
                 threading.Event().wait(0.01)
         return query(connection, sql)
 
-    def counted_cancel(connection: _reader._Connection) -> None:
+    def counted_cancel(connection: _session.Connection) -> None:
         cancels.append(1)
         cancel(connection)
 
-    monkeypatch.setattr(_reader._Connection, "query", held_query)
-    monkeypatch.setattr(_reader._Connection, "cancel", counted_cancel)
+    monkeypatch.setattr(_session.Connection, "query", held_query)
+    monkeypatch.setattr(_session.Connection, "cancel", counted_cancel)
     fetched: list[object] = []
     fetching = threading.Thread(target=lambda: fetched.append(reader.fetch()))
     fetching.start()
