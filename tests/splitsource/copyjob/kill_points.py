@@ -1,6 +1,7 @@
 """Named points a copy is killed at: ``python kill_points.py <gate> <point> <copy args...>`` runs ``splitsource
 copy`` and holds its coordinator at ``point`` of the second batch the run handles (the first commits, so every run
-makes progress), touching ``<gate>/reached`` there and waiting to be killed. The coordinator plans and commits for
+makes progress), touching ``<gate>/reached`` there and waiting to be killed (or, once ``<gate>/release`` exists, going
+on: a copy paused at the point). The coordinator plans and commits for
 both engines in the copy's own process, so the points are the same for the local and the Spark engine and for every
 connector: no verdict depends on how fast the copy runs, only on the plan's batches.
 
@@ -33,6 +34,8 @@ def _hold(gate: Path, point: str) -> None:
     (gate / "reached").write_text(point)
     deadline = time.monotonic() + HOLD_S
     while time.monotonic() < deadline:
+        if (gate / "release").exists():
+            return
         time.sleep(0.05)
     os._exit(3)
 

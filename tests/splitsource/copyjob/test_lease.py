@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from tests.fixtures import ROOT
-from tests.splitsource.copyjob.test_copy import committed_rows
+from tests.splitsource.copyjob.test_copy import KILL_POINTS, committed_rows
 from tests.splitsource.copyjob.test_copy_misuse import one_line
 
 pytestmark = pytest.mark.slow
@@ -61,8 +61,11 @@ def _run(args: list[str], host: str | None = None) -> subprocess.CompletedProces
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def _start(args: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(_cli(args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+def _start(args: list[str], held: Path | None = None) -> subprocess.Popen[bytes]:
+    """``splitsource args`` in the background; with ``held``, held at the named point ``planned`` of its second batch
+    (its first committed, the second's offset logged) until ``held/release`` exists (:mod:`kill_points`)."""
+    command = [sys.executable, str(KILL_POINTS), str(held), "planned", *args] if held else _cli(args)
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
@@ -123,24 +126,27 @@ def test_a_rerun_from_another_host_waits_for_the_lease_then_finishes_exact(tmp_p
 
 @pytest.mark.parametrize("stop", ["between batches", "mid-batch, one task's files pending"])
 def test_a_zombie_woken_after_a_takeover_commits_nothing(tmp_path: Path, stop: str) -> None:
-    out, gate = str(tmp_path / "out"), tmp_path / "gate"
+    out, gate, held = str(tmp_path / "out"), tmp_path / "gate", tmp_path / "held"
     gate.mkdir()
+    held.mkdir()
     # batch 2 is splits 2 and 3 (rows 8,000-15,999), one per worker; the gate holds split 3 at row 14,000 while
     # split 2 ends: its files pending, split 3's in progress, batch 2's offset logged, its commit not made
     gated = [*GATED, "-o", f"gate={gate}", "-o", f"gate_row={14_000 if stop.startswith('mid') else -1}"]
     args = ["copy", *gated, "--output", out, "--engine", "local", "--workers", "2", "--max-splits-per-batch", "2",
             "--lease-s", str(LEASE_S), "--quiet"]
-    zombie = _start(args)
     if stop.startswith("mid"):
+        zombie = _start(args)
         _until("the gate", lambda: (gate / "reached").exists(), zombie)
-    else:
-        _until("a first commit", lambda: committed_rows(out) > 0, zombie)
+    else:  # held where nothing of it is in flight: a stop mid-write would finish that write when woken
+        zombie = _start(args, held)
+        _until("the named point", lambda: (held / "reached").exists(), zombie)
     os.killpg(zombie.pid, signal.SIGSTOP)
     try:
         before = committed_rows(out)
         assert before < ROWS
         _expire(out)
         (gate / "release").touch()
+        (held / "release").touch()
         taker = _run(args, host="other-pod")
         assert taker.returncode == 0, taker.stderr
         assert "took over from pid" in taker.stderr and "whose lease expired" in taker.stderr, taker.stderr
