@@ -19,16 +19,17 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the tests' ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's ``--dist loadgroup`` (``bash scripts/test.sh -n 2 --dist loadgroup``), a module runs
-    whole on one worker, so a module's own servers (a Cassandra ring, a locked-down node) start once; and every
-    module on the session's Cassandra runs on the same worker, so the suite starts one such node, not one per
-    worker."""
+    """Under pytest-xdist's ``--dist loadgroup`` (``bash scripts/test.sh`` runs two workers), a module runs whole on
+    one worker, so a module's own servers (a Cassandra ring, a locked-down node) start once; and every module on the
+    session's Cassandra (the docs' pages too) runs on the same worker, so the suite starts one such node, not one per
+    worker. A group is named by the module's path in the project (a test's id in reports ends ``@<group>``)."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     modules: dict[Any, list[pytest.Item]] = defaultdict(list)
     for item in items:
         modules[item.path].append(item)
     for path, module in modules.items():
-        group = "cassandra" if any("cassandra" in item.fixturenames for item in module) else str(path)
+        group = "cassandra" if any("cassandra" in item.fixturenames for item in module) \
+            else str(path.relative_to(config.rootpath))
         for item in module:
             item.add_marker(pytest.mark.xdist_group(group))
