@@ -338,7 +338,7 @@ def test_a_wake_up_that_reaches_the_server_before_the_query_still_cancels_it(
         postgres15: PostgresServer, table_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The race CI found: wake_up lands after the reader decided to send its page's query and before the server
     has it, so the server, still reading the query, ignores the cancel. Here the reader is held at exactly that
-    point until a cancel has been sent and has come back; the query (3 s of pg_sleep per page) is then cut by a
+    point until a cancel has come back (the server has taken it, with no query running); the query (3 s of pg_sleep per page) is then cut by a
     cancel sent again, and the fetch returns no rows, where one cancel alone would have let the page through."""
     import threading
 
@@ -356,13 +356,13 @@ def test_a_wake_up_that_reaches_the_server_before_the_query_still_cancels_it(
     def held_query(connection: _session.Connection, sql: str) -> pa.RecordBatch:
         if "pg_sleep" in sql:
             sending.set()
-            while not cancels:  # the wake-up's first cancel, sent while no query runs on the server
+            while not cancels:  # until the wake-up's first cancel has reached the idle session
                 threading.Event().wait(0.01)
         return query(connection, sql)
 
     def counted_cancel(connection: _session.Connection) -> None:
+        cancel(connection)  # libpq's cancel returns once the server has signalled the session: it is idle then
         cancels.append(1)
-        cancel(connection)
 
     monkeypatch.setattr(_session.Connection, "query", held_query)
     monkeypatch.setattr(_session.Connection, "cancel", counted_cancel)
