@@ -34,12 +34,12 @@ echo "== ruff"; ruff check splitsource connectors serializers pyspark_splitsourc
 echo "== mypy --strict"; mypy
 echo "== pytest"
 set +e
-# one pytest process for now: two (-n 2 --dist loadgroup after the command: a module whole on one, the session
-# Cassandra's modules on one, conftest.py) took 30 minutes of pytest against 39 (fresh clones, this machine: one
-# process left the cores 39% idle), but each of two such runs failed one test whose verdict hangs on timing (a lease
-# test, fixed; PostgreSQL's wake-up-before-the-query test, not yet). The timeout is the net for a hang, not the
-# budget, and it sits inside CI's 90 minutes
-timeout --signal=TERM 4800 python -m pytest -p no:cacheprovider --durations=60 "$@"
+# two pytest processes (pytest-xdist): a module runs whole on one of them, and every module on the session's Cassandra
+# (the docs' pages too) on the same one (conftest.py), so each server starts once. The suite waits on servers,
+# processes and gates more than it computes: one process left the 2 cores 39% idle, and took 39 minutes of pytest
+# against 30 for two (fresh clones, this machine). -n 0 after the command runs it in one process. The timeout is the
+# net for a hang, not the budget, and it sits inside CI's 90 minutes
+timeout --signal=TERM 4800 python -m pytest -p no:cacheprovider -n 2 --dist loadgroup --durations=60 "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then
