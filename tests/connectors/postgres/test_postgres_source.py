@@ -338,8 +338,9 @@ def test_a_wake_up_that_reaches_the_server_before_the_query_still_cancels_it(
         postgres15: PostgresServer, table_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The race CI found: wake_up lands after the reader decided to send its page's query and before the server
     has it, so the server, still reading the query, ignores the cancel. Here the reader is held at exactly that
-    point until a cancel has come back (the server has taken it, with no query running); the query (3 s of pg_sleep per page) is then cut by a
-    cancel sent again, and the fetch returns no rows, where one cancel alone would have let the page through."""
+    point until a cancel has come back (the server has taken it, with no query running); the query (3 s of pg_sleep
+    per page) is then cut by a cancel sent again, and the fetch returns no rows, where one cancel alone would have
+    let the page through."""
     import threading
 
     from connectors.postgres import _session
