@@ -6,6 +6,7 @@ and imports no pyspark: the Spark adapters (:mod:`splitsource.spark`) and the lo
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import sys
@@ -200,10 +201,14 @@ class ReadSettings:
     framework: FrameworkOptions
     connector: Mapping[str, str]  # lower-cased, without the framework's
 
-    def source(self) -> Source[Any, Any, Any, Any]:
+    def source(self, built: Source[Any, Any, Any, Any] | None = None) -> Source[Any, Any, Any, Any]:
         """The connector's Source, built from its options; with option ``since``, one that accepts incremental runs
-        and reads only the changes after it."""
-        source = load_connector(self.framework.connector)(dict(self.connector))
+        and reads only the changes after it. ``built``: a Source this process built from the same connector options,
+        copied instead (what it found when it connected, a table's description, is not asked again)."""
+        if built is not None:
+            source = copy.copy(built)
+        else:
+            source = load_connector(self.framework.connector)(dict(self.connector))
         since = self.framework.changes_since
         if since is not None:
             source.incremental()

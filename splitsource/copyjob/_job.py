@@ -321,7 +321,7 @@ class Copy:
         if self.changes is not None and marker is not None:
             number, self.since = marker.run + 1, dict(marker.instant)
             read = self.read.since(self.since)
-            source = read.source()
+            source = read.source(built=self.source)  # the table described once
             if self.changes is Changes.UPSERTS:  # a table's commits of this run replace their keys' rows
                 committer.upsert_keys = tuple(source.key_columns())
                 if self.settings.deletes:
