@@ -8,14 +8,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# The coordinator's and a worker's imports, then the work a worker does on a timestamp column: convert the
-# driver's epoch milliseconds, write them to a Parquet part file and read it back.
+# The coordinator's imports (the copy call's, incremental runs' included) and a worker's, then the work a worker does
+# on a timestamp column: convert the driver's epoch milliseconds, write them to a Parquet part file and read it back.
 _COPY = """
 import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 from cassandra import cqltypes
-import splitsource.cli, splitsource.copyjob._local, splitsource.copyjob._worker, splitsource.copyjob._protocol
+import splitsource.cli, splitsource._copy_call, splitsource.copyjob._local, splitsource.copyjob._worker
+import splitsource.copyjob._protocol
 import splitsource.sink, connectors.cassandra
 from connectors.cassandra._types import column_converter
 from splitsource.sink.formats import FORMATS
