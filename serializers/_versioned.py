@@ -17,7 +17,11 @@ No payload is ever pickled: pickle ties stored bytes to class paths and runs cod
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import struct
+import types
+import typing
 import zlib
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -178,8 +182,9 @@ def dataclass_serializer(
     cls: type[T], version: int = 1, upgrades: Mapping[int, Callable[[list[Any]], list[Any]]] | None = None
 ) -> MsgpackRecordSerializer[T]:
     """The serializer of a frozen dataclass whose fields are plain values (numbers, strings, bytes, None, and
-    tuples of them): its fields in declaration order, as msgpack, named after the class. Add a field, bump
-    ``version`` and give ``upgrades[old]`` that fills it in for bytes written before::
+    tuples of them), or frozen dataclasses of such fields, or tuples of those (a plan of splits): its fields in
+    declaration order, as msgpack (a dataclass in a field as its own list of fields), named after the class. Add a
+    field, bump ``version`` and give ``upgrades[old]`` that fills it in for bytes written before::
 
         @dataclass(frozen=True)
         class Page:
@@ -189,13 +194,50 @@ def dataclass_serializer(
         serializer = dataclass_serializer(Page)
         assert serializer.deserialize(1, serializer.serialize(Page(0, 10))) == Page(0, 10)
     """
-    import dataclasses
+    return MsgpackRecordSerializer(cls.__name__, version, _fields_of, lambda fields: _build(cls, fields), upgrades)
 
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    return MsgpackRecordSerializer(
-        cls.__name__,
-        version,
-        lambda obj: [getattr(obj, name) for name in names],
-        lambda fields: cls(*(_tuples(v) for v in fields)),
-        upgrades,
-    )
+
+def _fields_of(record: Any) -> list[Any]:
+    return [_plain(getattr(record, f.name)) for f in dataclasses.fields(record)]
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _fields_of(value)
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _build(cls: Any, fields: list[Any]) -> Any:
+    """``cls`` from its field list (fewer: the rest take their defaults); a field whose type is a dataclass, or a
+    tuple of one, built from its own."""
+    kinds = _nested(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    return cls(*(_value(kinds.get(names[i]) if i < len(names) else None, v) for i, v in enumerate(fields)))
+
+
+def _value(kind: tuple[Any, bool] | None, value: Any) -> Any:
+    if kind is None or value is None:
+        return _tuples(value)
+    record, many = kind
+    return tuple(_build(record, v) for v in value) if many else _build(record, value)
+
+
+@functools.cache
+def _nested(cls: Any) -> dict[str, tuple[Any, bool]]:
+    """The fields of ``cls`` that hold a dataclass (``(it, False)``) or a tuple of one (``(it, True)``), optional
+    or not, from its type hints (none where they cannot be resolved: a class local to a function)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except (NameError, TypeError):
+        return {}
+    found: dict[str, tuple[Any, bool]] = {}
+    for name, hint in hints.items():
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+            hint, args = args[0], list(typing.get_args(args[0]))
+        if dataclasses.is_dataclass(hint):
+            found[name] = (hint, False)
+        elif typing.get_origin(hint) is tuple and len(args) == 2 and args[1] is Ellipsis \
+                and dataclasses.is_dataclass(args[0]):
+            found[name] = (args[0], True)
+    return found

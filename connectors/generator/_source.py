@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from serializers import MsgpackRecordSerializer, SimpleVersionedSerializer
+from serializers import SimpleVersionedSerializer, dataclass_serializer
 from splitsource import (
     Changes,
     EnumeratorState,
@@ -313,20 +313,6 @@ class GeneratorEmitter(RecordEmitter[_Raw, ResumeState[GeneratorSplit]]):
         return batch
 
 
-GENERATOR_SPLIT_SERIALIZER: MsgpackRecordSerializer[GeneratorSplit] = MsgpackRecordSerializer(
-    "GeneratorSplitSerializer",
-    1,
-    to_fields=lambda s: [s.index, s.start, s.end, s.row_bytes],
-    from_fields=lambda f: GeneratorSplit(int(f[0]), int(f[1]), int(f[2]), int(f[3])),
-)
-GENERATOR_POSITION_SERIALIZER: MsgpackRecordSerializer[GeneratorPosition] = MsgpackRecordSerializer(
-    "GeneratorPositionSerializer",
-    1,
-    to_fields=lambda p: [p.next_index],
-    from_fields=lambda f: GeneratorPosition(int(f[0])),
-)
-
-
 class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorOptions]):
     """Deterministic synthetic rows; see the module docstring for options."""
 
@@ -384,10 +370,10 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
         return GeneratorEmitter()
 
     def split_serializer(self) -> SimpleVersionedSerializer[GeneratorSplit]:
-        return GENERATOR_SPLIT_SERIALIZER
+        return dataclass_serializer(GeneratorSplit)
 
     def position_serializer(self) -> SimpleVersionedSerializer[GeneratorPosition]:
-        return GENERATOR_POSITION_SERIALIZER
+        return dataclass_serializer(GeneratorPosition)
 
     def identity(self) -> dict[str, Any]:
         o = self.options

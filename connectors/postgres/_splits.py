@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
-from serializers import MsgpackRecordSerializer
+from serializers import dataclass_serializer
 from splitsource import Split
 
 __all__ = ["POSITIONS", "SPLITS", "PostgresPosition", "PostgresSplit"]
@@ -53,23 +52,10 @@ class PostgresPosition:
     guard: str
 
 
-def _split_fields(s: PostgresSplit) -> list[Any]:
-    return [s.index, s.relation, None if s.lo is None else list(s.lo), s.lo_inclusive,
-            None if s.hi is None else list(s.hi), s.first_block, s.end_block, s.size, s.row_bytes, s.done]
-
-
-def _split(f: list[Any]) -> PostgresSplit:
-    return PostgresSplit(int(f[0]), str(f[1]), None if f[2] is None else tuple(map(str, f[2])), bool(f[3]),
-                         None if f[4] is None else tuple(map(str, f[4])), int(f[5]), int(f[6]), int(f[7]),
-                         int(f[8]), bool(f[9]))
-
-
-SPLITS = MsgpackRecordSerializer("PostgresSplitSerializer", 1, to_fields=_split_fields, from_fields=_split)
-POSITIONS = MsgpackRecordSerializer(
-    "PostgresPositionSerializer", 1,
-    to_fields=lambda p: [[_split_fields(s) for s in p.splits], p.next_index, p.guard],
-    from_fields=lambda f: PostgresPosition(tuple(_split(s) for s in f[0]), int(f[1]), str(f[2])),
-)
+# a position's splits each as their own field list; the bytes are those of the hand-written serializers before
+# (tests/golden)
+SPLITS = dataclass_serializer(PostgresSplit)
+POSITIONS = dataclass_serializer(PostgresPosition)
 
 
 def narrowed(split: PostgresSplit, *, after_key: Key | None = None, next_block: int | None = None,
