@@ -4,10 +4,10 @@ The public API comes in three tiers, each in its own place:
 
 1. **The connector author's API** (this module): the contracts to subclass (:class:`Source`, :class:`Split`,
    :class:`SplitState`, :class:`SplitEnumerator`, :class:`SplitReader`, :class:`RecordEmitter`), the split state
-   every connector here uses (:class:`ResumeState`, the default), the helpers they use (:class:`SplitQueue`,
-   :class:`FixedEnumeratorContext`, :func:`option` and :class:`Secret`), the short path for sources read in key
-   ranges (:class:`KeyRangeSource`), the error tree, and :mod:`splitsource.testing`, the conformance kit. See
-   ``docs/connector-guide.md``.
+   every connector here uses (:class:`ResumeState`, the default) and its emitter (:class:`ResumeEmitter`), the
+   helpers they use (:class:`SplitQueue`, :class:`FixedEnumeratorContext`, :func:`option` and :class:`Secret`),
+   the short path for sources read in key ranges (:class:`KeyRangeSource`), the error tree, and
+   :mod:`splitsource.testing`, the conformance kit. See ``docs/connector-guide.md``.
 2. **The runtime API** (:mod:`splitsource.runtime`): what drives a connector without Spark: :class:`SourceReader`,
    :class:`~splitsource.runtime.InProcessRuntime`, :func:`read_local`, :class:`RetryPolicy`.
 3. **The user's API**: :func:`copy` (here), :mod:`splitsource.copyjob` (:func:`verify`, the engines),
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         ReadEvent,
         RecordEmitter,
         RecordsBySplits,
+        ResumeEmitter,
         ResumeState,
         Source,
         Split,
@@ -78,8 +79,8 @@ if TYPE_CHECKING:
 # (0.3 s sooner); a connector's ``from splitsource import Source`` imports them as before
 _HOME = {
     **dict.fromkeys(("Boundedness", "Changes", "EnumeratorState", "FixedEnumeratorContext", "Predicate", "ReadEvent",
-                     "RecordEmitter", "RecordsBySplits", "ResumeState", "Source", "Split", "SplitEnumerator",
-                     "SplitEnumeratorContext", "SplitReader", "SplitState"), "splitsource._api"),
+                     "RecordEmitter", "RecordsBySplits", "ResumeEmitter", "ResumeState", "Source", "Split",
+                     "SplitEnumerator", "SplitEnumeratorContext", "SplitReader", "SplitState"), "splitsource._api"),
     "copy": "splitsource._copy_call",
     **dict.fromkeys(("KeyRange", "KeyRangePosition", "KeyRangeSource"), "splitsource._keyrange"),
     **dict.fromkeys(("BUILTIN_CONNECTORS", "resolve_connector"), "splitsource._registry"),
@@ -118,6 +119,7 @@ __all__ = [
     "ReadEvent",
     "RecordEmitter",
     "RecordsBySplits",
+    "ResumeEmitter",
     "ResumeState",
     "Secret",
     "SinkError",

@@ -1,13 +1,18 @@
 """The FLIP-27 contracts: Source, Split, SplitState, SplitEnumerator, SplitReader, RecordEmitter.
 
-A connector author implements five small things and gets Spark reads, local runs, restartable copy jobs and the
+A connector author implements three small things and gets Spark reads, local runs, restartable copy jobs and the
 conformance kit for free:
 
 - a frozen :class:`Split` dataclass (a piece of the source, with a stable ``split_id``),
-- a :class:`SplitState` (the mutable position inside one split, convertible back to the remaining split),
 - a :class:`SplitEnumerator` with ``generate_split`` and ``position`` (the plan, cut lazily),
 - a :class:`SplitReader` with ``add_splits`` and ``fetch`` (the I/O),
-- a :class:`RecordEmitter` with ``emit`` (raw rows to Arrow, advancing the split state),
+
+and two more only where the framework's defaults do not fit:
+
+- a :class:`SplitState` (the mutable position inside one split, convertible back to the remaining split; the
+  default, :class:`ResumeState`, holds what is left of the split),
+- a :class:`RecordEmitter` with ``emit`` (raw rows to Arrow, advancing the split state; the default,
+  :class:`ResumeEmitter`, serves a reader whose raw batch is the rows and what is left of their split),
 
 tied together by a :class:`Source` subclass. The contracts below are checked by :mod:`splitsource.testing`.
 
@@ -23,7 +28,7 @@ import collections
 import dataclasses
 import enum
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import pyarrow as pa
 
@@ -38,6 +43,7 @@ __all__ = [
     "Predicate",
     "ReadEvent",
     "RecordsBySplits",
+    "ResumeEmitter",
     "ResumeState",
     "Source",
     "Split",
@@ -334,6 +340,16 @@ class RecordEmitter(abc.ABC, Generic[RawT, StateT]):
     def emit(self, raw: RawT, state: StateT) -> pa.RecordBatch | None: ...
 
 
+class ResumeEmitter(RecordEmitter[tuple[pa.RecordBatch, SplitT], ResumeState[SplitT]]):
+    """The emitter of a reader whose raw batch is ``(batch, remaining)``: the rows, and what is left of their split
+    after them (the split narrowed past the batch, keeping its id). It sets the :class:`ResumeState` to
+    ``remaining`` and emits the batch as it is: :meth:`Source.create_record_emitter`'s default."""
+
+    def emit(self, raw: tuple[pa.RecordBatch, SplitT], state: ResumeState[SplitT]) -> pa.RecordBatch:
+        batch, state.remaining = raw
+        return batch
+
+
 class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
     """A bounded source: the factory for its enumerator, split reader, emitter and serializers.
 
@@ -382,8 +398,10 @@ class Source(abc.ABC, Generic[SplitT, PositionT, RawT, OptionsT]):
     @abc.abstractmethod
     def create_split_reader(self) -> SplitReader[SplitT, RawT]: ...
 
-    @abc.abstractmethod
-    def create_record_emitter(self) -> RecordEmitter[RawT, Any]: ...
+    def create_record_emitter(self) -> RecordEmitter[RawT, Any]:
+        """A :class:`ResumeEmitter`, for a reader whose raw batches are ``(batch, remaining split)``; override it for
+        another raw batch (Cassandra's rows of the driver) or another state."""
+        return cast(RecordEmitter[RawT, Any], ResumeEmitter())
 
     def create_split_state(self, split: SplitT) -> SplitState[SplitT]:
         """The state the record emitter moves on while ``split`` is read: a :class:`ResumeState` unless a

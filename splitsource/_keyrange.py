@@ -2,7 +2,7 @@
 the last key read (SQLite's rowids, a table's primary key).
 
 An author writes the options, ``schema``, ``boundaries`` (where the ranges end) and ``read`` (one page of a range,
-and whether the range is done), and gets the split, its state, the enumerator, the reader, the emitter, versioned
+and whether the range is done), and gets the split, its state, the enumerator, the reader, versioned
 serializers and every factory of :class:`~splitsource.Source`; ``connectors/sqlite`` is the worked example
 (docs/connector-guide.md)::
 
@@ -37,9 +37,7 @@ from serializers import SimpleVersionedSerializer, dataclass_serializer
 from splitsource._api import (
     Changes,
     EnumeratorState,
-    RecordEmitter,
     RecordsBySplits,
-    ResumeState,
     Source,
     Split,
     SplitEnumerator,
@@ -54,7 +52,7 @@ from splitsource._wakeup import WakeUp
 __all__ = ["KeyRange", "KeyRangePosition", "KeyRangeSource"]
 
 OptionsT = TypeVar("OptionsT")
-Page = tuple[pa.RecordBatch, Any]  # what the emitter gets: a page's rows, and the key of the last
+Page = tuple[pa.RecordBatch, "KeyRange"]  # what the emitter gets: a page's rows, and the range left after them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,9 +162,6 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
     def create_split_reader(self) -> SplitReader[KeyRange, Page]:
         return _Reader(self)
 
-    def create_record_emitter(self) -> RecordEmitter[Page, ResumeState[KeyRange]]:
-        return _Emitter()
-
     def split_serializer(self) -> SimpleVersionedSerializer[KeyRange]:
         return dataclass_serializer(KeyRange)
 
@@ -264,7 +259,7 @@ class _Reader(SplitReader[KeyRange, Page]):
             ended = "" if batch.num_rows else " and did not end the range"
             raise ProtocolError(f"connector {self._source.name!r}: read() of {split.split_id} returned "
                                 f"{batch.num_rows} rows for a limit of {limit}{ended}")
-        batches = [(split.split_id, (batch, last))] if batch.num_rows else []
+        batches = [(split.split_id, (batch, dataclasses.replace(split, after=last)))] if batch.num_rows else []
         if done:
             self._queue.pop()
             return RecordsBySplits(batches, frozenset({split.split_id}))
@@ -279,9 +274,3 @@ class _Reader(SplitReader[KeyRange, Page]):
         if hasattr(connection, "close"):
             connection.close()
 
-
-class _Emitter(RecordEmitter[Page, ResumeState[KeyRange]]):
-    def emit(self, raw: Page, state: ResumeState[KeyRange]) -> pa.RecordBatch:
-        batch, last = raw
-        state.advance(after=last)
-        return batch

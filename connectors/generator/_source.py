@@ -33,6 +33,7 @@ order, on any machine, yields the same rows: what makes the generator a good con
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -47,9 +48,7 @@ from splitsource import (
     Changes,
     EnumeratorState,
     OptionsError,
-    RecordEmitter,
     RecordsBySplits,
-    ResumeState,
     Source,
     Split,
     SplitEnumerator,
@@ -266,7 +265,7 @@ class GeneratorEnumerator(SplitEnumerator[GeneratorSplit, GeneratorPosition]):
         return -(-(self._options.total - self._first) // self._options.rows_per_split)
 
 
-_Raw = tuple[int, pa.RecordBatch]  # (row after the batch, batch)
+_Raw = tuple[pa.RecordBatch, GeneratorSplit]  # a batch, and what is left of its split after it
 
 
 class GeneratorSplitReader(SplitReader[GeneratorSplit, _Raw]):
@@ -295,7 +294,8 @@ class GeneratorSplitReader(SplitReader[GeneratorSplit, _Raw]):
         end = self._source._maybe_fail(start, end, split.split_id)
         batches: list[tuple[str, _Raw]] = []
         if end > start:
-            batches.append((split.split_id, (end, generate_batch(self._options, self._schema, start, end))))
+            batch = generate_batch(self._options, self._schema, start, end)
+            batches.append((split.split_id, (batch, dataclasses.replace(split, start=end))))
         if end < split.end:
             self._queue.position = end
             return RecordsBySplits(batches)
@@ -304,13 +304,6 @@ class GeneratorSplitReader(SplitReader[GeneratorSplit, _Raw]):
 
     def wake_up(self) -> None:
         self._woken.set()
-
-
-class GeneratorEmitter(RecordEmitter[_Raw, ResumeState[GeneratorSplit]]):
-    def emit(self, raw: _Raw, state: ResumeState[GeneratorSplit]) -> pa.RecordBatch:
-        end, batch = raw
-        state.advance(start=end)
-        return batch
 
 
 class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorOptions]):
@@ -365,9 +358,6 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
 
     def create_split_reader(self) -> GeneratorSplitReader:
         return GeneratorSplitReader(self)
-
-    def create_record_emitter(self) -> GeneratorEmitter:
-        return GeneratorEmitter()
 
     def split_serializer(self) -> SimpleVersionedSerializer[GeneratorSplit]:
         return dataclass_serializer(GeneratorSplit)

@@ -22,9 +22,7 @@ from connectors.postgres._splits import PostgresSplit, narrowed
 from splitsource import (
     OptionsError,
     ReadEvent,
-    RecordEmitter,
     RecordsBySplits,
-    ResumeState,
     SplitQueue,
     SplitReader,
     SplitReadError,
@@ -33,7 +31,7 @@ from splitsource import (
     Woken,
 )
 
-__all__ = ["PostgresEmitter", "PostgresSplitReader", "changed_since", "key_condition", "read_keys", "snapshot_gone"]
+__all__ = ["PostgresSplitReader", "changed_since", "key_condition", "read_keys", "snapshot_gone"]
 
 Raw = tuple[pa.RecordBatch, PostgresSplit]  # a page, and what is left of its split after it
 BLOCK = 8192
@@ -376,10 +374,3 @@ def key_condition(table: Table, split: PostgresSplit) -> list[str]:
     if split.hi is not None:
         out.append(f"{key} < {row(split.hi)}")
     return out
-
-
-class PostgresEmitter(RecordEmitter[Raw, ResumeState[PostgresSplit]]):
-    def emit(self, raw: Raw, state: ResumeState[PostgresSplit]) -> pa.RecordBatch:
-        page, after = raw
-        state.remaining = after
-        return page

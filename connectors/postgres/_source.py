@@ -20,7 +20,7 @@ from connectors.postgres._catalog import (
 )
 from connectors.postgres._enumerator import PostgresEnumerator
 from connectors.postgres._options import PostgresOptions, conninfo
-from connectors.postgres._reader import PostgresEmitter, PostgresSplitReader
+from connectors.postgres._reader import PostgresSplitReader
 from connectors.postgres._session import connect, errors_in_one_line, transient
 from connectors.postgres._splits import POSITIONS, SPLITS, PostgresPosition, PostgresSplit
 from serializers import SimpleVersionedSerializer
@@ -86,9 +86,6 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
         if not isinstance(xmin, int) or xmin < 3:
             raise OptionsError(f"option 'since': {self.since} is not a PostgreSQL instant (xmin=N xmax=M)")
         return xmin
-
-    def create_record_emitter(self) -> PostgresEmitter:
-        return PostgresEmitter()
 
     def split_serializer(self) -> SimpleVersionedSerializer[PostgresSplit]:
         return SPLITS

@@ -13,14 +13,13 @@ import pyarrow as pa
 import pytest
 
 from connectors.generator._source import (
-    GeneratorEmitter,
     GeneratorEnumerator,
     GeneratorSource,
     GeneratorSplit,
     GeneratorSplitReader,
 )
 from serializers import MsgpackRecordSerializer
-from splitsource import KeyRange, KeyRangeSource, ResumeState, Secret, option, testing
+from splitsource import KeyRange, KeyRangeSource, ResumeEmitter, ResumeState, Secret, option, testing
 from splitsource._api import RecordsBySplits
 
 OPTIONS = {"rows": "2000", "split_rows": "200", "batch_rows": "50", "fetch_delay_ms": "2", "columns": "id:bigint"}
@@ -72,15 +71,15 @@ class RepeatOnResume(GeneratorSource):
         return _RestartingState(split)
 
 
-class _StillEmitter(GeneratorEmitter):
+class _StillEmitter(ResumeEmitter[GeneratorSplit]):
     def emit(self, raw: Any, state: Any) -> pa.RecordBatch:
-        return raw[1]
+        return raw[0]
 
 
 class EmitterLeavesState(GeneratorSource):
     """The emitter never moves the split state."""
 
-    def create_record_emitter(self) -> GeneratorEmitter:
+    def create_record_emitter(self) -> ResumeEmitter[GeneratorSplit]:
         return _StillEmitter()
 
 
@@ -184,7 +183,7 @@ class AddBackRestartsSplits(GeneratorSource):
         return _RebuildingEnumerator(self.options, context)
 
 
-class _NarrowingEmitter(GeneratorEmitter):
+class _NarrowingEmitter(ResumeEmitter[GeneratorSplit]):
     def emit(self, raw: Any, state: Any) -> pa.RecordBatch:
         batch = super().emit(raw, state)
         return pa.RecordBatch.from_arrays([batch.column(0).cast(pa.int32())], names=["id"])
@@ -193,7 +192,7 @@ class _NarrowingEmitter(GeneratorEmitter):
 class WrongBatchSchema(GeneratorSource):
     """The emitter gives ids as int32 where the schema says int64 (Spark needs each batch in the declared schema)."""
 
-    def create_record_emitter(self) -> GeneratorEmitter:
+    def create_record_emitter(self) -> ResumeEmitter[GeneratorSplit]:
         return _NarrowingEmitter()
 
 
