@@ -99,19 +99,22 @@ def _driver_error(exc: BaseException) -> bool:
 
 # a process's ADBC databases, by connection string: the driver logs in once when it opens a database (and closes that
 # session), then again for each connection; one database per server and user makes every connection after the first
-# one login (measured: 20 to 40 ms each on a loopback server)
+# one login (measured: 20 to 40 ms each on a loopback server). ADBC's objects allow one caller at a time, and a
+# connection's opening and closing touch its database: both hold the lock
 _DATABASES: dict[str, Any] = {}
 _DATABASES_LOCK = threading.Lock()
 
 
-def _database(uri: str) -> Any:
+def _open(uri: str) -> Any:
+    """A new ADBC connection to ``uri``, through the process's database for it."""
+    import adbc_driver_manager
     import adbc_driver_postgresql
 
     with _DATABASES_LOCK:
         if uri not in _DATABASES:  # a database that failed to open is not kept: the next connection tries again
             _DATABASES[uri] = adbc_driver_postgresql.connect(
                 uri, db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"})
-        return _DATABASES[uri]
+        return adbc_driver_manager.AdbcConnection(_DATABASES[uri])
 
 
 class Connection:
@@ -129,7 +132,7 @@ class Connection:
 
         self._handles: list[Any] = []
         try:
-            self._handles.append(adbc_driver_manager.AdbcConnection(_database(uri)))
+            self._handles.append(_open(uri))
         except Exception as exc:  # the driver's own error classes
             self.close()
             raise login_error(exc, options) from None
@@ -180,9 +183,10 @@ class Connection:
             pass
 
     def close(self) -> None:
-        for handle in reversed(self._handles):
-            try:
-                handle.close()
-            except Exception:  # noqa: BLE001 - a connection already lost closes with an error
-                pass
-        self._handles = []
+        with _DATABASES_LOCK:
+            for handle in reversed(self._handles):
+                try:
+                    handle.close()
+                except Exception:  # noqa: BLE001 - a connection already lost closes with an error
+                    pass
+            self._handles = []
