@@ -119,9 +119,10 @@ class SplitState(abc.ABC, Generic[SplitT]):
 class ResumeState(SplitState[SplitT]):
     """The split state of every connector here, and the default of :meth:`Source.create_split_state`:
     ``remaining``, what is left of the split, which the record emitter moves on after each batch from the absolute
-    position the raw batch carries: ``state.advance(after=last_key)`` on a frozen dataclass split, or
-    ``state.remaining = split_left``. ``to_split()`` returns it. After the last batch of a split it must read
-    nothing (a key range: nothing after its last key; Cassandra's split: ``done``)."""
+    position the raw batch carries: ``state.remaining = split_left`` (:class:`ResumeEmitter`), or
+    ``state.advance(paging_state=...)`` on a frozen dataclass split (Cassandra's). ``to_split()`` returns it.
+    After the last batch of a split it must read nothing (a key range: nothing after its last key; Cassandra's
+    split: ``done``)."""
 
     def __init__(self, split: SplitT) -> None:
         self.remaining = split

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from splitsource._api import SplitEnumerator
 from splitsource._errors import OptionsError
@@ -108,7 +109,8 @@ class RunDeletes:
         each key whose newest row of an earlier run is not a delete), and the keys this run wrote (an incremental
         table's: its commit records, which the log keeps until the run's table commit; files': their rows of this
         run, whose records the log may have pruned)."""
-        import pyarrow.compute as pc  # here: a run that finds nothing changed never needs it (0.12 s of a start)
+        import pyarrow.compute as pc  # here: a run that finds nothing changed never needs it (0.12 s of a start;
+        # pyarrow.parquet, the sink's, is loaded anyway)
 
         committer, keys = self.committer, list(self.keys)
         if committer.table is not None:
@@ -154,14 +156,10 @@ class RunDeletes:
         return pa.concat_tables(tables) if tables else schema.empty_table()
 
     def _read(self, place: Location) -> pa.Table:
-        import pyarrow.parquet as pq
-
         with place.store.open_input(place.path) as stream:
             return self._typed(pq.read_table(stream))
 
     def _read_final(self) -> RunChanges:
-        import pyarrow.parquet as pq
-
         with self.final.store.open_input(self.final.path) as stream:
             table = pq.read_table(stream)
         counts = json.loads((table.schema.metadata or {}).get(b"splitsource", b"{}"))
@@ -179,8 +177,6 @@ class RunDeletes:
 def _write(place: Location, keys: pa.Table, counts: dict[str, int] | None = None) -> None:
     """``keys`` as a Parquet file at ``place`` (``counts`` in its metadata), durably (synced, renamed, the
     directory synced)."""
-    import pyarrow.parquet as pq
-
     sink = pa.BufferOutputStream()
     table = keys.combine_chunks()
     if counts is not None:
