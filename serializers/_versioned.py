@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import reprlib
 import struct
 import types
 import typing
@@ -209,33 +210,49 @@ def _plain(value: Any) -> Any:
 
 def _build(cls: Any, fields: list[Any]) -> Any:
     """``cls`` from its field list (fewer: the rest take their defaults); a field whose type is a dataclass, or a
-    tuple of one, built from its own."""
+    tuple of one, built from its own; one typed ``int``, ``str``, ``bool``, ``float`` or ``bytes`` must hold one
+    (or None), so that bytes of another record of as many fields are refused, not misread."""
     kinds = _nested(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    return cls(*(_value(kinds.get(names[i]) if i < len(names) else None, v) for i, v in enumerate(fields)))
+    values = []
+    for name, value in zip(names, fields, strict=False):
+        kind = kinds.get(name)
+        if kind is not None and kind[1] is None and value is not None and (
+                not isinstance(value, (int, float) if kind[0] is float else kind[0])
+                or isinstance(value, bool) and kind[0] is not bool):
+            raise SerializationError(f"{cls.__name__}.{name}: {reprlib.repr(value)} is not {kind[0].__name__} "
+                                     "(bytes of another record?)")
+        values.append(_value(kind, value))
+    return cls(*values, *fields[len(names):])
 
 
-def _value(kind: tuple[Any, bool] | None, value: Any) -> Any:
-    if kind is None or value is None:
+def _value(kind: tuple[Any, bool | None] | None, value: Any) -> Any:
+    if kind is None or kind[1] is None or value is None:
         return _tuples(value)
     record, many = kind
     return tuple(_build(record, v) for v in value) if many else _build(record, value)
 
 
+_PLAIN = (int, str, bool, float, bytes)
+
+
 @functools.cache
-def _nested(cls: Any) -> dict[str, tuple[Any, bool]]:
-    """The fields of ``cls`` that hold a dataclass (``(it, False)``) or a tuple of one (``(it, True)``), optional
-    or not, from its type hints (none where they cannot be resolved: a class local to a function)."""
+def _nested(cls: Any) -> dict[str, tuple[Any, bool | None]]:
+    """The fields of ``cls`` that hold a dataclass (``(it, False)``), a tuple of one (``(it, True)``), or a plain
+    value (``(its type, None)``), optional or not, from its type hints (none where they cannot be resolved: a class
+    local to a function)."""
     try:
         hints = typing.get_type_hints(cls)
     except (NameError, TypeError):
         return {}
-    found: dict[str, tuple[Any, bool]] = {}
+    found: dict[str, tuple[Any, bool | None]] = {}
     for name, hint in hints.items():
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
             hint, args = args[0], list(typing.get_args(args[0]))
-        if dataclasses.is_dataclass(hint):
+        if hint in _PLAIN:
+            found[name] = (hint, None)
+        elif dataclasses.is_dataclass(hint):
             found[name] = (hint, False)
         elif typing.get_origin(hint) is tuple and len(args) == 2 and args[1] is Ellipsis \
                 and dataclasses.is_dataclass(args[0]):

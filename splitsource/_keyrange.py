@@ -27,6 +27,7 @@ serializers and every factory of :class:`~splitsource.Source`; ``connectors/sqli
 from __future__ import annotations
 
 import abc
+import collections
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
@@ -37,6 +38,7 @@ from serializers import SimpleVersionedSerializer, dataclass_serializer
 from splitsource._api import (
     Changes,
     EnumeratorState,
+    ReadEvent,
     RecordsBySplits,
     Source,
     Split,
@@ -44,7 +46,7 @@ from splitsource._api import (
     SplitEnumeratorContext,
     SplitReader,
 )
-from splitsource._errors import OptionsError, ProtocolError
+from splitsource._errors import CheckpointError, OptionsError, ProtocolError
 from splitsource._splits import SplitQueue
 from splitsource._typed_options import Secret
 from splitsource._wakeup import WakeUp
@@ -79,37 +81,103 @@ class KeyRange(Split):
 class KeyRangePosition:
     """Where a key-range plan stands: the next range's index, the upper key of the last range handed out, and
     whether the last range was handed out; ``bounded``: the plan ends at key ``last``, the greatest key when it
-    began (a source with :meth:`KeyRangeSource.last_key`), else its last range is open-ended."""
+    began (a source with :meth:`KeyRangeSource.last_key`), else its last range is open-ended; ``guard``: what the
+    plan was cut from, for a source whose ranges must not move (:meth:`KeyRangeSource.plan_guard`)."""
 
     index: int = 0
     after: Any = None
     done: bool = False
     last: Any = None
     bounded: bool = False
+    guard: str = ""
 
 
 class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic[OptionsT]):
     """A source read in key ranges. Implement :meth:`schema`, :meth:`boundaries` and :meth:`read`; override
-    :meth:`connect` when reading needs a connection, and ``page_rows`` for another page size."""
+    :meth:`connect` when reading needs a connection, and ``page_rows`` for another page size.
+
+    Hooks, each with a default that does nothing: where the plan is cut, :meth:`start` and :meth:`stop` (take and
+    hold what every reader shares, a snapshot), :meth:`reader_options` (hand it to them), :meth:`instant`,
+    :meth:`changed` and :meth:`keys` (incremental runs), :meth:`before` (a key order that is not Python's),
+    :meth:`plan_guard` (a plan that must not move); where rows are read, :meth:`connect`, :meth:`interrupt`,
+    :meth:`page_limit` and :meth:`report`."""
 
     page_rows: ClassVar[int] = 10_000
     resumes_from_state: ClassVar[bool] = True  # a resumed copy skips the ranges it handed out, by key
 
+    def __init__(self, options: Mapping[str, str] | OptionsT) -> None:
+        super().__init__(options)
+        self._reports: collections.deque[tuple[str, str]] = collections.deque()
+
     @abc.abstractmethod
     def boundaries(self) -> Iterable[tuple[Any, int]]:
-        """The plan, lazily: ``(upto, estimated_bytes)`` for each range, ``upto`` strictly ascending as Python
-        compares keys (one that is not is a :class:`~splitsource.ProtocolError`, never dropped). The ranges are
-        ``(None, upto_0]``, ``(upto_0, upto_1]``, ... and a last one after the last ``upto`` to the end (estimated as
-        the one before it). Called again when a copy resumes: ranges already handed out are skipped by key, so the
-        boundaries may differ from the first run's (a table that changed)."""
+        """The plan, lazily: ``(upto, estimated_bytes)`` for each range, ``upto`` strictly ascending in the source's
+        key order (:meth:`before`; one that is not is a :class:`~splitsource.ProtocolError`, never dropped). The
+        ranges are ``(None, upto_0]``, ``(upto_0, upto_1]``, ... and a last one after the last ``upto`` to the end
+        (estimated as the one before it). Called again when a copy resumes: ranges already handed out are skipped
+        by key, so the boundaries may differ from the first run's (a table that changed)."""
 
     @abc.abstractmethod
     def read(self, connection: Any, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
         """One page of ``split``: at most ``limit`` rows with ``split.after < key <= split.upto``, in key order, as
-        an Arrow batch of :meth:`schema`; the key of its last row (``None`` when there is no row); and whether the
-        range is done (no row after this page's in it). The end is said, never inferred from a short page: a
-        server may cap its pages below ``limit``. A page of more than ``limit`` rows, or of none that does not end
-        the range, is a :class:`~splitsource.ProtocolError`."""
+        an Arrow batch of :meth:`schema`; the key the next page reads after (its last row's; ``None`` when there is
+        no row); and whether the range is done (no row after this page's in it). The end is said, never inferred
+        from a short page: a server may cap its pages below ``limit``. A page of more than ``limit`` rows, or of
+        none that neither ends the range nor reads past a key (a run of keys holding no row), is a
+        :class:`~splitsource.ProtocolError`."""
+
+    def start(self) -> None:
+        """Called once where the plan is cut (the driver), before :meth:`boundaries`, :meth:`last_key` and the
+        other planning hooks, in a fresh run and in a resumed one: connect, take what every reader of the run shares
+        (PostgreSQL exports a snapshot here) and hold it until :meth:`stop`."""
+
+    def stop(self) -> None:
+        """Called once when the plan is done (the run's readers have finished): release what :meth:`start` took."""
+
+    def reader_options(self) -> Mapping[str, str]:
+        """Options every reader of this run gets on top of the user's (after :meth:`start`): what it took for them,
+        as a snapshot's id (:meth:`SplitEnumerator.reader_options`). A reader must work without them too: a
+        ``spark.read`` plans and ends before its readers start."""
+        return {}
+
+    def instant(self) -> Mapping[str, Any]:
+        """Where the source stands for this run, as a small JSON object (after :meth:`start`), handed to the next
+        incremental run as :attr:`Source.since` (:meth:`SplitEnumerator.instant`). A source with :meth:`last_key`
+        gets ``{"key": last}`` without it."""
+        return {}
+
+    def changed(self) -> bool:
+        """Whether an incremental run has anything to read (after :meth:`start`): False plans no range at all, and
+        :meth:`instant` should then give the last run's instant back. The default: True."""
+        return True
+
+    def keys(self) -> Iterator[pa.RecordBatch] | None:
+        """Every key the source holds at this run's instant, for an incremental run to find deletes
+        (:meth:`SplitEnumerator.keys`). The default: None (deletes are not seen)."""
+        return None
+
+    def before(self, a: Any, b: Any) -> bool:
+        """Whether key ``a`` sorts before key ``b`` as the source sorts them. The default is Python's ``a < b``;
+        override it where the source's order is another (a collation, keys held as text): the plan compares
+        boundaries with it, and a boundary that is not after the one before it is refused, never dropped."""
+        return bool(a < b)
+
+    def plan_guard(self) -> str:
+        """What the plan's ranges are cut from, for a source whose ranges must not move between the runs of one
+        copy (rows read by their place, not by a key): a resumed copy whose guard differs from the first run's is
+        refused in one line. The default, "": the ranges may move, and a resumed copy skips, by key, those it
+        handed out."""
+        return ""
+
+    def page_limit(self, split: KeyRange) -> int:
+        """The most rows one :meth:`read` of ``split`` returns: ``page_rows``, unless overridden (rows sized from
+        the split's bytes)."""
+        return self.page_rows
+
+    def report(self, kind: str, detail: str) -> None:
+        """Note an event of a reader (``kind``: one word, as ``snapshot_lost``; ``detail``: one line), reported
+        with the next page a reader of this source returns and counted in a copy's summary."""
+        self._reports.append((kind, detail))
 
     def interrupt(self, connection: Any) -> None:
         """Make a :meth:`read` running on ``connection`` in another thread return soon, by raising: the reader's
@@ -152,7 +220,7 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
 
     def create_enumerator(self, context: SplitEnumeratorContext) -> SplitEnumerator[KeyRange, KeyRangePosition]:
         after = None if self.since is None else _key(self.since.get("key"))  # the ranges after the last run's
-        return _Enumerator(self, context, EnumeratorState((), KeyRangePosition(0, after)))
+        return _Enumerator(self, context, EnumeratorState((), KeyRangePosition(0, after)), fresh=True)
 
     def restore_enumerator(
         self, context: SplitEnumeratorContext, state: EnumeratorState[KeyRange, KeyRangePosition]
@@ -166,7 +234,8 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
         return dataclass_serializer(KeyRange)
 
     def position_serializer(self) -> SimpleVersionedSerializer[KeyRangePosition]:
-        return dataclass_serializer(KeyRangePosition, 2, {1: lambda fields: [*fields, None, False]})
+        return dataclass_serializer(KeyRangePosition, 3, {1: lambda fields: [*fields, None, False],
+                                                          2: lambda fields: [*fields, ""]})
 
 
 def _key(value: Any) -> Any:
@@ -177,11 +246,12 @@ def _key(value: Any) -> Any:
 class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
     def __init__(
         self, source: KeyRangeSource[Any], context: SplitEnumeratorContext,
-        state: EnumeratorState[KeyRange, KeyRangePosition],
+        state: EnumeratorState[KeyRange, KeyRangePosition], fresh: bool = False,
     ) -> None:
         super().__init__(context, state.pending)
         self._source = source
         self._at = state.position
+        self._fresh = fresh  # a new plan (not a restored one)
         self._bounds: Iterator[tuple[Any, int]] | None = None
         self._size = 0
         # a range was cut from this enumerator's boundaries: from here on they must ascend (before it, those not
@@ -189,50 +259,72 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
         self._planning = False
 
     def start(self) -> None:
-        """A plan of a source with ``last_key`` ends at the greatest key at its start (kept in its position)."""
-        if not self._at.bounded and self._source._appends():
-            self._at = dataclasses.replace(self._at, last=self._source.last_key(), bounded=True)
+        """The source's :meth:`~KeyRangeSource.start`; then a fresh plan keeps the source's guard, a restored one
+        is refused if the guard moved; a plan of a source with ``last_key`` ends at the greatest key at its start
+        (kept in its position)."""
+        source = self._source
+        source.start()
+        guard = source.plan_guard()
+        if self._fresh:
+            self._at = dataclasses.replace(self._at, guard=guard, done=not source.changed())
+        elif guard != self._at.guard:
+            raise CheckpointError(
+                f"connector {source.name!r}: the source changed since this copy began ({self._at.guard!r}, now "
+                f"{guard!r}), and its ranges cannot move without losing or repeating rows; run the copy again with "
+                "a new checkpoint and output (or --overwrite)")
+        if not self._at.bounded and source._appends():
+            self._at = dataclasses.replace(self._at, last=source.last_key(), bounded=True)
 
     def instant(self) -> Mapping[str, Any]:
-        return {"key": self._at.last} if self._at.bounded else {}
+        return {"key": self._at.last} if self._at.bounded else self._source.instant()
+
+    def reader_options(self) -> Mapping[str, str]:
+        return self._source.reader_options()
+
+    def keys(self) -> Iterator[pa.RecordBatch] | None:
+        return self._source.keys()
 
     def generate_split(self) -> KeyRange | None:
-        at = self._at
+        at, before = self._at, self._source.before
         if at.done:
             return None
         end = at.last if at.bounded else None
-        if at.bounded and (end is None or (at.after is not None and end <= at.after)):  # no key after the last run's
-            self._at = dataclasses.replace(at, done=True)
+        if at.bounded and (end is None or (at.after is not None and not before(at.after, end))):
+            self._at = dataclasses.replace(at, done=True)  # no key after the last run's
             return None
         if self._bounds is None:
             self._bounds = iter(self._source.boundaries())
         for upto, size in self._bounds:
             self._size = size
-            if end is not None and upto >= end:
+            if end is not None and not before(upto, end):
                 break  # the plan ends at its last key: rows added since are the next run's
-            if at.after is None or upto > at.after:
+            if at.after is None or before(at.after, upto):
                 self._at = dataclasses.replace(at, index=at.index + 1, after=upto)
                 self._planning = True
                 return KeyRange(at.index, at.after, upto, self._size)
             if self._planning:  # past the ranges a resumed copy skips: a boundary out of order would lose keys
                 raise ProtocolError(
                     f"connector {self._source.name!r}: boundaries() gave {upto!r} after {at.after!r}: boundaries "
-                    "must ascend as Python compares them; give keys that sort as the source sorts them (a "
-                    "collation's sort key), or cut the ranges by a key that does")
+                    "must ascend in the source's key order (KeyRangeSource.before, Python's by default); give keys "
+                    "that sort as the source sorts them, or override before()")
         self._at = dataclasses.replace(at, index=at.index + 1, done=True)
         return KeyRange(at.index, at.after, end, self._size)
 
     def position(self) -> KeyRangePosition:
         return self._at
 
+    def close(self) -> None:
+        self._source.stop()
+        super().close()
+
 
 class _Reader(SplitReader[KeyRange, Page]):
-    """Reads the head range page by page; ``limit``: rows a page (the source's ``page_rows``; the kit reads with
-    others)."""
+    """Reads the head range page by page; ``limit``: rows a page (the source's :meth:`~KeyRangeSource.page_limit`;
+    the kit reads with others)."""
 
     def __init__(self, source: KeyRangeSource[Any], limit: int = 0) -> None:
         self._source = source
-        self._limit = limit or source.page_rows
+        self._limit = limit
         self._queue: SplitQueue[KeyRange, Any] = SplitQueue(lambda split: split.after)
         self._connection: Any = None
         self._wake = WakeUp(lambda: self._source.interrupt(self._connection))
@@ -244,27 +336,30 @@ class _Reader(SplitReader[KeyRange, Page]):
         split = self._queue.head
         if split is None:
             return RecordsBySplits()
+        source = self._source
+        at = dataclasses.replace(split, after=self._queue.position)
+        limit = self._limit or source.page_limit(at)
         if self._connection is None:
-            self._connection = self._source.connect()
-        limit = self._limit
+            self._connection = source.connect()
         try:
-            at = dataclasses.replace(split, after=self._queue.position)
             with self._wake.call():
-                batch, last, done = self._source.read(self._connection, at, limit)
+                batch, last, done = source.read(self._connection, at, limit)
         except Exception:
-            if self._wake.woken():  # the read was interrupted, or not begun: ask again from the same key
+            self.close()  # the next fetch connects again, and reads from the same key
+            if self._wake.woken():  # the read was interrupted, or not begun: ask it again
                 return RecordsBySplits()
             raise
-        if batch.num_rows > limit or not (batch.num_rows or done):
-            ended = "" if batch.num_rows else " and did not end the range"
-            raise ProtocolError(f"connector {self._source.name!r}: read() of {split.split_id} returned "
+        if batch.num_rows > limit or not (batch.num_rows or done or (last is not None and last != at.after)):
+            ended = "" if batch.num_rows else ", did not end the range and read no key further"
+            raise ProtocolError(f"connector {source.name!r}: read() of {split.split_id} returned "
                                 f"{batch.num_rows} rows for a limit of {limit}{ended}")
+        events = tuple(ReadEvent(kind, split.split_id, detail) for kind, detail in _drain(source._reports))
         batches = [(split.split_id, (batch, dataclasses.replace(split, after=last)))] if batch.num_rows else []
         if done:
             self._queue.pop()
-            return RecordsBySplits(batches, frozenset({split.split_id}))
+            return RecordsBySplits(batches, frozenset({split.split_id}), events)
         self._queue.position = last
-        return RecordsBySplits(batches)
+        return RecordsBySplits(batches, events=events)
 
     def wake_up(self) -> None:
         self._wake.wake_up()
@@ -274,3 +369,10 @@ class _Reader(SplitReader[KeyRange, Page]):
         if hasattr(connection, "close"):
             connection.close()
 
+
+def _drain(reports: collections.deque[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+    while reports:
+        try:
+            yield reports.popleft()
+        except IndexError:  # another reader of the same source took the last one
+            return

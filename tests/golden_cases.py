@@ -6,14 +6,12 @@ from typing import Any
 
 from connectors.cassandra._splits import CASSANDRA_SPLIT_SERIALIZER, CassandraSplit
 from connectors.generator import GeneratorPosition, GeneratorSource, GeneratorSplit
-from connectors.postgres._splits import POSITIONS, SPLITS, PostgresPosition, PostgresSplit
+from connectors.postgres import PostgresSource
 from serializers import SimpleVersionedSerializer
-from splitsource import EnumeratorState, EnumeratorStateSerializer
+from splitsource import EnumeratorState, EnumeratorStateSerializer, KeyRange, KeyRangePosition
 
 _gen = GeneratorSource({})
-# a composite key range resumed after a key, and a block range to the end of its relation
-_PG_KEYS = PostgresSplit(2, '"public"."events"', ("7", "b c"), False, ("9", "a"), size=1 << 20, row_bytes=88)
-_PG_BLOCKS = PostgresSplit(5, '"public"."events_2026"', first_block=128, end_block=-1, size=1 << 23, done=True)
+_pg = PostgresSource({"table": "events"})  # the short path's serializers, as PostgreSQL uses them
 
 CASES: dict[str, tuple[SimpleVersionedSerializer[Any], Any]] = {
     # page_size 0: what version 1 (before page sizes were kept) reads as; versions 1 and 2 held a row count (300),
@@ -27,6 +25,8 @@ CASES: dict[str, tuple[SimpleVersionedSerializer[Any], Any]] = {
         EnumeratorState(pending=(GeneratorSplit(1, 1200, 2000, 30), GeneratorSplit(2, 2000, 3000, 30)),
                         position=GeneratorPosition(5)),
     ),
-    "postgres-split": (SPLITS, _PG_KEYS),
-    "postgres-position": (POSITIONS, PostgresPosition((_PG_KEYS, _PG_BLOCKS), 1, '"public"."events":16384:10:2:0')),
+    # a composite key's texts (PostgreSQL's), resumed after a key; a plan after a block key (version 2: before
+    # plans kept a guard)
+    "keyrange-split": (_pg.split_serializer(), KeyRange(2, ("7", "b c"), ("9", "a"), 1 << 20)),
+    "keyrange-position": (_pg.position_serializer(), KeyRangePosition(5, (1, 127, 65535), False, None, False)),
 }

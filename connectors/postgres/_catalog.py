@@ -165,6 +165,7 @@ class Table:
     catalog: str  # what the catalog said, as JSON: see :func:`described`
     lc_monetary: str = ""  # the planner's, which readers set (session_options)
     origin: tuple[str, str] = ("", "")  # the cluster's system identifier, and the database
+    row_bytes: int = 100  # bytes on disk of a row, on average (sizes a key range's pages)
 
     @property
     def schema(self) -> pa.Schema:
@@ -190,7 +191,7 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
     """Describe ``table`` over ``conn`` (a :class:`~connectors.postgres._session.Connection`): its columns
     (``columns``: a comma-separated subset; ``text_columns``: read as text), its key and its relations."""
     found = conn.row("SELECT to_regclass(%s)::oid::int8, to_regclass(%s)::text", table, table)
-    if found is None or found[0] is None:
+    if found[0] is None:
         raise PostgresConnectionError(f"option 'table': no table {table} in this database (as the login sees it)")
     oid, qualified = found
     if not conn.row("SELECT has_table_privilege(%s::oid, 'SELECT')", oid)[0]:
@@ -220,7 +221,12 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
         "SELECT current_setting('server_version_num')::int, scale('0'::money::numeric), "
         "current_setting('lc_monetary'), system_identifier::text, current_database()::text FROM pg_control_system()"
     )
-    catalog.update(version=version, money=[scale, lc_monetary], origin=[system, database])
+    # the bytes on disk of a row, on average (sizes a key range's pages)
+    relations = ", ".join(f"{literal(r)}::regclass" for r in catalog["relations"])
+    size, tuples = conn.row("SELECT sum(pg_table_size(c.oid))::int8, sum(greatest(c.reltuples, 0))::float8 "
+                            f"FROM pg_class c WHERE c.oid IN ({relations})")
+    catalog.update(version=version, money=[scale, lc_monetary], origin=[system, database],
+                   row_bytes=max(1, int(size / tuples)) if tuples else 100)
     return _table(table, catalog, json.dumps(catalog), columns, text_columns, decimal)
 
 
@@ -250,7 +256,8 @@ def _table(name: str, catalog: dict[str, Any], text: str, columns: str, text_col
     chosen = tuple(every[n] for n in _names(columns)) if columns else tuple(every.values())
     key = tuple(every[n] for n in catalog["key"] if every[n].base in _KEY_TYPES)
     return Table(catalog["label"], catalog["qualified"], chosen, key, tuple(catalog["relations"]),
-                 int(catalog["version"]), text, lc_monetary, tuple(catalog["origin"]))
+                 int(catalog["version"]), text, lc_monetary, tuple(catalog["origin"]),
+                 int(catalog.get("row_bytes", 100)))
 
 
 def _names(columns: str) -> list[str]:

@@ -1,40 +1,28 @@
-"""Reading PostgreSQL splits page by page into Arrow, through the ADBC driver (``COPY ... (FORMAT binary)``
-decoded in C), inside the run's snapshot; and the emitter.
+"""Reading a PostgreSQL range's pages into Arrow, through the ADBC driver (``COPY ... (FORMAT binary)`` decoded in
+C), inside the run's snapshot.
 
-A reader holds one connection in one REPEATABLE READ transaction that imports the run's snapshot (when the copy
-exported one). A key range is read in pages ordered by the key, each resuming after the last key read; a block
-range in pages of whole blocks. A lost connection is transient: the next fetch connects again and resumes the
-split where its state says.
+A reader's session is one REPEATABLE READ transaction that imports the run's snapshot (when the copy exported
+one). A key range is read in pages ordered by the key, each after the last key read; a block range in pages of
+whole blocks (or, for pages of fewer rows than a block holds, of rows in ``ctid`` order).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from connectors.postgres._catalog import Column, Table, ident, literal
 from connectors.postgres._options import PostgresOptions
+from connectors.postgres._plan import BLOCK, END, LAST_OFFSET, key_row
 from connectors.postgres._session import Connection, connect, one_line
-from connectors.postgres._splits import PostgresSplit, narrowed
-from splitsource import (
-    OptionsError,
-    ReadEvent,
-    RecordsBySplits,
-    SplitQueue,
-    SplitReader,
-    SplitReadError,
-    ValueRangeError,
-    WakeUp,
-    Woken,
-)
+from splitsource import KeyRange, SplitReadError, ValueRangeError
 
-__all__ = ["PostgresSplitReader", "changed_since", "key_condition", "read_keys", "snapshot_gone"]
+__all__ = ["ROWS_PER_BLOCK", "changed_since", "key_condition", "page", "read_keys", "session", "snapshot_gone"]
 
-Raw = tuple[pa.RecordBatch, PostgresSplit]  # a page, and what is left of its split after it
-BLOCK = 8192
+ROWS_PER_BLOCK = 291  # the most row versions an 8 KiB heap block holds (MaxHeapTuplesPerPage)
 
 
 class SnapshotGoneError(SplitReadError):
@@ -57,135 +45,85 @@ def snapshot_gone(exc: BaseException) -> bool:
     return any(words in message for words in _SNAPSHOT_GONE.values())
 
 
-class PostgresSplitReader(SplitReader[PostgresSplit, Raw]):
-    """Reads its splits' rows page by page; ``since`` (an incremental run's): only the row versions the last run's
-    snapshot, whose xmin that is, could not see (:func:`changed_since`)."""
+def session(options: PostgresOptions, table: Table, by_blocks: bool,
+            lost: Callable[[str], None]) -> tuple[Connection, PostgresOptions]:
+    """A reader's connection in a REPEATABLE READ transaction at the run's snapshot, and the options it was opened
+    with. A snapshot that is gone: key ranges go on at a new instant (every key once, the rest of the run as of
+    now: ``lost`` is told, and the options returned have no snapshot), block ranges cannot."""
+    connection = connect(options, table.lc_monetary)
+    try:
+        connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        if options.snapshot:
+            connection.execute(f"SET TRANSACTION SNAPSHOT {literal(options.snapshot)}")
+        return connection, options
+    except Exception as exc:
+        connection.close()
+        if not options.snapshot or not snapshot_gone(exc):
+            raise  # a lost connection, a terminated backend: transient, the next fetch tries again
+        if by_blocks:
+            raise SnapshotGoneError(
+                f"the copy's snapshot {options.snapshot} is gone ({one_line(exc)}): block-range splits cannot go on "
+                "at another instant; run the copy again (it resumes, and refuses if the table changed)") from None
+        lost(f"the run's snapshot is gone ({one_line(exc)}): this reader goes on at a new one")
+        return session(dataclasses.replace(options, snapshot=""), table, by_blocks, lost)
 
-    def __init__(self, options: PostgresOptions, table: Table, since: int | None = None) -> None:
-        self._options, self._table, self._since = options, table, since
-        self._queue: SplitQueue[PostgresSplit, PostgresSplit] = SplitQueue(lambda split: split)
-        self._connection: Connection | None = None
-        self._events: list[ReadEvent] = []
-        self._wake = WakeUp(self._cancel)
 
-    def add_splits(self, splits: Sequence[PostgresSplit]) -> None:
-        self._queue.add(splits)
-
-    def _connection_for(self, split: PostgresSplit) -> Connection:
-        if self._connection is None:
-            connection = connect(self._options, self._table.lc_monetary)
-            connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            if self._options.snapshot:
-                try:
-                    connection.execute(f"SET TRANSACTION SNAPSHOT {literal(self._options.snapshot)}")
-                except Exception as exc:
-                    connection.close()
-                    if not snapshot_gone(exc):
-                        raise  # a lost connection, a terminated backend: transient, the next fetch tries again
-                    if split.by_blocks:
-                        raise SnapshotGoneError(
-                            f"the copy's snapshot {self._options.snapshot} is gone ({one_line(exc)}): block-range "
-                            "splits cannot go on at another instant; run the copy again (it resumes, and refuses "
-                            "if the table changed)", split_ids=(split.split_id,)) from None
-                    self._reconnect_without_snapshot(split, exc)
-                    return self._connection_for(split)
-            self._connection = connection
-        return self._connection
-
-    def _reconnect_without_snapshot(self, split: PostgresSplit, exc: BaseException) -> None:
-        """Key ranges stay exact at a new instant: every key once, the rest of the run as of now."""
-        self._options = dataclasses.replace(self._options, snapshot="")
-        self._events.append(ReadEvent("snapshot_lost", split.split_id,
-                                      f"the run's snapshot is gone ({one_line(exc)}): this reader goes on at a "
-                                      "new one"))
-
-    def fetch(self) -> RecordsBySplits[Raw]:
-        split = self._queue.head
-        if split is None:
-            return RecordsBySplits()
-        at = self._queue.position
-        assert at is not None
-        if at.done:
-            self._queue.pop()
-            return RecordsBySplits.finished_only(split.split_id)
-        try:
-            page, after = self._page(at)
-        except (OptionsError, SplitReadError):
-            raise
-        except Woken:
-            self._wake.woken()
-            return RecordsBySplits()
-        except Exception:
-            self.close()  # the next fetch connects again and resumes from the split state
-            if self._wake.woken():  # cancelled by wake_up: nothing read, the page is asked again
-                return RecordsBySplits()
-            raise
-        events, self._events = tuple(self._events), []
-        if after.done:
-            self._queue.pop()
-            return RecordsBySplits([(split.split_id, (page, after))], frozenset({split.split_id}), events)
-        self._queue.position = after
-        return RecordsBySplits([(split.split_id, (page, after))], events=events)
-
-    def _page(self, split: PostgresSplit) -> tuple[pa.RecordBatch, PostgresSplit]:
-        table, options = self._table, self._options
-        columns = [c.select for c in table.columns]
-        shapes = [f"{c.shape_check} AS {_shape_column(i)}" for i, c in enumerate(table.columns) if c.listed]
-        conditions = [f"({options.where})"] if options.where else []
-        if self._since is not None:
-            conditions.append(changed_since(split.relation, self._since))
-        connection = self._connection_for(split)
-        if split.by_blocks:
-            end = split.first_block + max(1, int(options.page_mb * 1024 * 1024) // BLOCK)
-            if split.end_block >= 0:
-                end = min(end, split.end_block)
-            conditions += [f"ctid >= '({split.first_block},0)'::tid", f"ctid < '({end},0)'::tid"]
-            where = " AND ".join(conditions)
-            page = self._query(connection, f"SELECT {', '.join(columns + shapes)} FROM {split.relation} WHERE {where}")
-            if split.end_block >= 0:
-                done = end >= split.end_block
-            else:
-                blocks = self._query(connection,
-                                     f"SELECT pg_relation_size({literal(split.relation)}::regclass) / {BLOCK}")
-                done = end >= blocks.column(0)[0].as_py()
-            after = narrowed(split, done=done, next_block=end)
-        else:
-            limit = max(1, min(options.page_rows, int(options.page_mb * 1024 * 1024) // max(split.row_bytes, 1)))
-            keys = [f"{ident(c.name)}::text AS {name}" for c, name in zip(table.key, table.key_names, strict=True)
-                    if name.startswith("__k")]
-            conditions += key_condition(table, split)
-            # qualified: a column read as text has an output column of its name, which would sort as text
-            order = ", ".join(f"{split.relation}.{ident(c.name)}" for c in table.key)
-            where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-            page = self._query(connection, f"SELECT {', '.join(columns + keys + shapes)} FROM {split.relation}{where} "
-                                           f"ORDER BY {order} LIMIT {limit}")
-            if page.num_rows < limit:
-                after = narrowed(split, done=True)
-            else:
-                after = narrowed(split, after_key=_key_at(table, page, page.num_rows - 1))
-        _refuse_shapes(table, page)
-        arrays = _arrays(table, page)
-        _refuse_beyond_arrow(table, arrays, page)
-        return pa.RecordBatch.from_arrays(arrays, schema=table.schema), after
-
-    def _query(self, connection: Connection, sql: str) -> pa.RecordBatch:
-        with self._wake.call():
-            return connection.query(sql)
-
-    def wake_up(self) -> None:
-        """Cut the running page's query short (libpq's cancel, through the driver, sent until the query ends: the
-        server ignores one that reaches it before the query; :class:`~splitsource.WakeUp`): the fetch returns
-        nothing, and the next one asks for the page again in a new session, which imports the run's snapshot."""
-        self._wake.wake_up()
-
-    def _cancel(self) -> None:
-        if self._connection is not None:
-            self._connection.cancel()
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+def page(connection: Connection, options: PostgresOptions, table: Table, split: KeyRange, limit: int,
+         since: int | None, by_blocks: bool) -> tuple[pa.RecordBatch, object, bool]:
+    """One page of ``split``: its rows as the table's Arrow schema, the key the next page reads after, and whether
+    the range is done. ``since`` (an incremental run's): only the row versions the last run's snapshot, whose xmin
+    that is, could not see (:func:`changed_since`)."""
+    conditions = [f"({options.where})"] if options.where else []
+    relation = table.qualified
+    extra = []
+    if by_blocks:
+        r, block, offset = split.after or (0, -1, LAST_OFFSET)
+        if block == END:  # the last range ended relation r: read the next from its start
+            r, block, offset = r + 1, -1, LAST_OFFSET
+        relation = table.relations[r]
+        upto = split.upto or (len(table.relations) - 1, END, 0)
+        first = block + 1 if offset >= LAST_OFFSET else block
+        blocks = min(limit // ROWS_PER_BLOCK, max(1, int(options.page_mb * 1024 * 1024) // BLOCK))
+        end = first + max(1, blocks)
+        if upto[1] != END:
+            end = min(end, upto[1] + 1)
+        if offset < LAST_OFFSET:
+            conditions.append(f"ctid > '({block},{offset})'::tid")
+        elif first > 0:
+            conditions.append(f"ctid >= '({first},0)'::tid")
+        conditions.append(f"ctid < '({end},0)'::tid")
+        order = ""
+        if not blocks:  # a page of fewer rows than a block holds (the kit's): rows in ctid order
+            extra, order = ["ctid::text AS __ctid"], f" ORDER BY ctid LIMIT {limit}"
+    else:
+        extra = [f"{ident(c.name)}::text AS {name}" for c, name in zip(table.key, table.key_names, strict=True)
+                 if name.startswith("__k")]
+        conditions += key_condition(table, split)
+        # qualified: a column read as text has an output column of its name, which would sort as text
+        order = f" ORDER BY {', '.join(f'{relation}.{ident(c.name)}' for c in table.key)} LIMIT {limit}"
+    if since is not None:
+        conditions.append(changed_since(relation, since))
+    shapes = [f"{c.shape_check} AS {_shape_column(i)}" for i, c in enumerate(table.columns) if c.listed]
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    rows = connection.query(f"SELECT {', '.join([c.select for c in table.columns] + extra + shapes)} "
+                            f"FROM {relation}{where}{order}")
+    last: object
+    if not by_blocks:
+        done = rows.num_rows < limit
+        last = _key_at(table, rows, rows.num_rows - 1) if rows.num_rows else None
+    elif "__ctid" in rows.schema.names and rows.num_rows == limit:
+        block, offset = map(int, rows.column("__ctid")[limit - 1].as_py().strip("()").split(","))
+        last, done = (r, block, offset), (r, block, offset) >= upto
+    else:
+        last = (r, end - 1, LAST_OFFSET)
+        done = last >= upto
+        if upto[1] == END and not done:
+            size = connection.query(f"SELECT pg_relation_size({literal(relation)}::regclass) / {BLOCK}")
+            done = end >= size.column(0)[0].as_py()
+    _refuse_shapes(table, rows)
+    arrays = _arrays(table, rows)
+    _refuse_beyond_arrow(table, arrays, rows)
+    return pa.RecordBatch.from_arrays(arrays, schema=table.schema), last, done
 
 
 def read_keys(options: PostgresOptions, table: Table) -> Iterator[pa.RecordBatch]:
@@ -360,17 +298,14 @@ def changed_since(relation: str, xmin: int) -> str:
     return f"age({relation}.xmin) BETWEEN 0 AND age('{xmin % (1 << 32)}'::xid)"
 
 
-def key_condition(table: Table, split: PostgresSplit) -> list[str]:
-    """The SQL conditions that keep a key range's rows: row comparisons for a composite key."""
-    def row(values: tuple[str, ...]) -> str:
-        items = [f"{literal(v)}::{c.type_name}" for v, c in zip(values, table.key, strict=True)]
-        return items[0] if len(items) == 1 else f"({', '.join(items)})"
-
-    names = [f"{split.relation}.{ident(c.name)}" for c in table.key]
+def key_condition(table: Table, split: KeyRange) -> list[str]:
+    """The SQL conditions that keep a key range's rows (row comparisons for a composite key): after ``split.after``,
+    up to ``split.upto``."""
+    names = [f"{table.qualified}.{ident(c.name)}" for c in table.key]
     key = names[0] if len(names) == 1 else f"({', '.join(names)})"
     out = []
-    if split.lo is not None:
-        out.append(f"{key} {'>=' if split.lo_inclusive else '>'} {row(split.lo)}")
-    if split.hi is not None:
-        out.append(f"{key} < {row(split.hi)}")
+    if split.after is not None:
+        out.append(f"{key} > {key_row(table, split.after)}")
+    if split.upto is not None:
+        out.append(f"{key} <= {key_row(table, split.upto)}")
     return out

@@ -155,10 +155,10 @@ class Connection:
         batch = self.query(sql)
         return list(zip(*(column.to_pylist() for column in batch.columns), strict=True)) if batch.num_columns else []
 
-    def row(self, sql: str, *params: object) -> tuple[Any, ...] | None:
-        """The first row of :meth:`rows`, or None."""
-        found = self.rows(sql, *params)
-        return found[0] if found else None
+    def row(self, sql: str, *params: object) -> tuple[Any, ...]:
+        """The one row of a query that returns one (:meth:`rows`)."""
+        (found,) = self.rows(sql, *params)
+        return found
 
     def execute(self, sql: str) -> None:
         self._statement.set_sql_query(sql)

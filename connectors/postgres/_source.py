@@ -1,7 +1,10 @@
-"""PostgresSource: a PostgreSQL table (or a bounded part of it) at one instant, by key or block ranges."""
+"""PostgresSource: a PostgreSQL table (or a bounded part of it) at one instant, in key or block ranges, on the
+short path (:class:`~splitsource.KeyRangeSource`): its hooks hold the run's snapshot (``_plan``), and its pages are
+read and decoded in ``_reader``."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -18,18 +21,16 @@ from connectors.postgres._catalog import (
     literal,
     session_options,
 )
-from connectors.postgres._enumerator import PostgresEnumerator
 from connectors.postgres._options import PostgresOptions, conninfo
-from connectors.postgres._reader import PostgresSplitReader
-from connectors.postgres._session import connect, errors_in_one_line, transient
-from connectors.postgres._splits import POSITIONS, SPLITS, PostgresPosition, PostgresSplit
-from serializers import SimpleVersionedSerializer
-from splitsource import Changes, EnumeratorState, OptionsError, Predicate, Source, SplitEnumeratorContext
+from connectors.postgres._plan import BLOCK, Plan
+from connectors.postgres._reader import ROWS_PER_BLOCK, page, read_keys, session
+from connectors.postgres._session import Connection, connect, errors_in_one_line, transient
+from splitsource import Changes, KeyRange, KeyRangeSource, OptionsError, Predicate
 
 __all__ = ["PostgresSource"]
 
 
-class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOptions]):
+class PostgresSource(KeyRangeSource[PostgresOptions]):
     """A PostgreSQL table read at one instant (``connector=postgres``).
 
     Options (``splitsource options --connector postgres``): ``table`` (required), the libpq connection (``dsn``,
@@ -41,6 +42,8 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
 
     name = "postgres"
     options_class = PostgresOptions
+    _plan: Plan | None = None
+    _keys_read = False  # keys() was asked for: this run finds the deletes
 
     @functools.cached_property
     def table(self) -> Table:
@@ -53,19 +56,96 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
         with connect(o) as conn, errors_in_one_line(o):
             return describe(conn, o.table, o.columns, o.text_columns, o.decimal)
 
+    @functools.cached_property
+    def by_blocks(self) -> bool:
+        """Whether the table is read in block ranges (``split_by``; ``auto``: when it has no usable key)."""
+        return self.options.split_by == "blocks" or (self.options.split_by == "auto" and not self.table.key)
+
     def schema(self) -> pa.Schema:
         return self.table.schema
 
-    def create_enumerator(self, context: SplitEnumeratorContext) -> PostgresEnumerator:
-        return PostgresEnumerator(self.options, self.table, context, since=self._since_xmin(), last=self.since)
+    def start(self) -> None:
+        table, split_by = self.table, self.options.split_by
+        if split_by == "key" and not table.key:
+            raise OptionsError(f"connector 'postgres': option 'split_by': key, but {table.label} has no primary key "
+                               "or unique index on not-null columns of an orderable type; use split_by=blocks")
+        if self.by_blocks and table.server_version < 140000:
+            raise OptionsError(f"connector 'postgres': {table.label} has no usable key, and block ranges need "
+                               "PostgreSQL 14 or later (TID range scans)")
+        self._plan = Plan(self.options, table, self._since_xmin(), self.since)
 
-    def restore_enumerator(self, context: SplitEnumeratorContext,
-                           state: EnumeratorState[PostgresSplit, PostgresPosition]) -> PostgresEnumerator:
-        return PostgresEnumerator(self.options, self.table, context, state.position, state.pending,
-                                  self._since_xmin())
+    def stop(self) -> None:
+        """Ends the plan's session (its snapshot can be imported no more); what it found stays (the instant)."""
+        if self._plan is not None:
+            self._plan.close()
 
-    def create_split_reader(self) -> PostgresSplitReader:
-        return PostgresSplitReader(self.options, self.table, self._since_xmin())
+    def _started(self) -> Plan:
+        if self._plan is None:
+            raise RuntimeError("PostgresSource: start() first")
+        return self._plan
+
+    def reader_options(self) -> dict[str, str]:
+        """The run's snapshot, the table as described and how it is split, for every reader of this run."""
+        snapshot = self._started().snapshot
+        return {"described": self.table.catalog, "split_by": "blocks" if self.by_blocks else "key"} | (
+            {"snapshot": snapshot} if snapshot else {})
+
+    def instant(self) -> dict[str, Any]:
+        """The run's snapshot: the oldest transaction it saw running, and the first it did not see (64-bit); and
+        the table's change counters, where the run reads all that changed, deletes included (a full copy, or a run
+        that read the keys), so that a next run finding the same counters has nothing to read."""
+        plan = self._started()
+        if plan.counters and plan.changed and (self.since is None or self._keys_read):
+            return plan.instant | {"changes": plan.counters}
+        return plan.instant
+
+    def changed(self) -> bool:
+        return self._started().changed
+
+    def keys(self) -> Iterator[pa.RecordBatch] | None:
+        """The table's keys in the run's snapshot, as the copy's readers type them (read as a table of the key
+        columns alone), a scan of each relation."""
+        table, plan = self.table, self._started()
+        if not table.key or any(k not in table.columns for k in table.key) or not plan.changed:
+            return None
+        self._keys_read = True
+        options = dataclasses.replace(self.options, snapshot=plan.snapshot or self.options.snapshot)
+        return read_keys(options, dataclasses.replace(table, columns=table.key))
+
+    def boundaries(self) -> Iterator[tuple[Any, int]]:
+        return self._started().boundaries(self.by_blocks)
+
+    def before(self, a: Any, b: Any) -> bool:
+        """Block keys in Python's order; a key's text in the server's order of the key (its collations)."""
+        return bool(a < b) if self.by_blocks else self._started().before(a, b)
+
+    def plan_guard(self) -> str:
+        """Block ranges resume only on an unchanged table; key ranges resume by key."""
+        return f"blocks {self._started().guard}" if self.by_blocks else ""
+
+    def page_limit(self, split: KeyRange) -> int:
+        """``page_rows``, shrunk to ``page_mb`` of the table's rows; a block range's pages are ``page_mb`` of
+        blocks, with as many rows as they hold."""
+        blocks = max(1, int(self.options.page_mb * 1024 * 1024) // BLOCK)
+        if self.by_blocks:
+            return blocks * ROWS_PER_BLOCK
+        return max(1, min(self.options.page_rows, blocks * BLOCK // self.table.row_bytes))
+
+    def connect(self) -> Connection:
+        """A session at the run's snapshot; one found gone is not asked for again (key ranges go on at a new
+        instant, and ``snapshot_lost`` is reported)."""
+        connection, self.options = session(self.options, self.table, self.by_blocks,
+                                           lambda detail: self.report("snapshot_lost", detail))
+        return connection
+
+    def interrupt(self, connection: Connection | None) -> None:
+        """libpq's cancel of the running page's query (sent until the query ends: the server ignores one that
+        reaches it before the query; :class:`~splitsource.WakeUp`): the page is asked again in a new session."""
+        if connection is not None:
+            connection.cancel()
+
+    def read(self, connection: Connection, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
+        return page(connection, self.options, self.table, split, limit, self._since_xmin(), self.by_blocks)
 
     def incremental(self) -> Changes:
         """Upserts: an incremental run reads every row version the last run's snapshot could not see, by the
@@ -86,12 +166,6 @@ class PostgresSource(Source[PostgresSplit, PostgresPosition, Any, PostgresOption
         if not isinstance(xmin, int) or xmin < 3:
             raise OptionsError(f"option 'since': {self.since} is not a PostgreSQL instant (xmin=N xmax=M)")
         return xmin
-
-    def split_serializer(self) -> SimpleVersionedSerializer[PostgresSplit]:
-        return SPLITS
-
-    def position_serializer(self) -> SimpleVersionedSerializer[PostgresPosition]:
-        return POSITIONS
 
     def is_transient(self, error: BaseException) -> bool:
         if super().is_transient(error):

@@ -109,3 +109,13 @@ def test_a_dataclass_serializer_fills_missing_fields_with_defaults_and_refuses_e
     assert serializer.deserialize(1, pack([[]])) == Path_(())
     with pytest.raises(SerializationError, match="Path_ version 1: fields do not fit"):
         serializer.deserialize(1, pack([[], "p", None, "one too many"]))
+
+
+def test_a_dataclass_serializer_refuses_a_value_of_another_type_than_its_field_s() -> None:
+    """Bytes of another record with as many fields (a connector's old split) are refused in one line, never misread:
+    a field typed int, str, bool, float or bytes must hold one (an int is a float; a bool is not an int)."""
+    serializer = dataclass_serializer(Point)
+    assert serializer.deserialize(1, pack([1, 2, "a"])) == Point(1, 2, "a")
+    for fields, field in (([[1, 2], 2, "a"], "Point.x"), ([1, True, "a"], "Point.y"), ([1, 2, 3], "Point.label")):
+        with pytest.raises(SerializationError, match=rf"{field}: .* is not (int|str) \(bytes of another record\?\)"):
+            serializer.deserialize(1, pack(fields))

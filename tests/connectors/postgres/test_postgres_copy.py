@@ -175,7 +175,7 @@ def test_readers_terminated_while_writers_run_stay_at_the_runs_instant(postgres1
         stdout, stderr = proc.communicate(timeout=300)
         during = transactions[0] - before
     assert proc.returncode == 0, stderr
-    assert terminated == 3, f"{terminated} reader session(s) terminated before the copy ended: it proves nothing"
+    assert terminated >= 3, f"{terminated} reader session(s) terminated before the copy ended: it proves nothing"
     assert during > 50, f"only {during} writer transactions ran during the copy: the test proves nothing"
     resumed = re.search(r"readers: (\d+) transient errors resumed", stdout)
     assert resumed and int(resumed.group(1)) >= 1, f"no reader met a termination: {stdout}"
