@@ -8,6 +8,7 @@ from serializers._versioned import (
     dataclass_serializer,
     pack,
     read_envelope,
+    refused,
     unpack,
     write_envelope,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "dataclass_serializer",
     "pack",
     "read_envelope",
+    "refused",
     "unpack",
     "write_envelope",
 ]

@@ -179,6 +179,16 @@ def _tuples(value: Any) -> Any:
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
+def refused(reason: str) -> Callable[[list[Any]], list[Any]]:
+    """An upgrade (``upgrades[v]`` of :class:`MsgpackRecordSerializer` or :func:`dataclass_serializer`) that refuses
+    the bytes of version ``v`` in one line saying why: a change that older bytes cannot follow (no release read
+    them). ``upgrades={1: refused("written before splits were key ranges; copy again with --overwrite")}``."""
+    def refuse(fields: list[Any]) -> list[Any]:
+        raise SerializationError(reason)
+
+    return refuse
+
+
 def dataclass_serializer(
     cls: type[T], version: int = 1, upgrades: Mapping[int, Callable[[list[Any]], list[Any]]] | None = None
 ) -> MsgpackRecordSerializer[T]:

@@ -1,11 +1,5 @@
-"""The generator connector: deterministic synthetic rows (``connector=generator``)."""
+"""The generator connector: deterministic synthetic rows (``connector=generator``), on the short path."""
 
-from connectors.generator._source import (
-    GeneratorOptions,
-    GeneratorPosition,
-    GeneratorSource,
-    GeneratorSplit,
-    generate_batch,
-)
+from connectors.generator._source import GeneratorOptions, GeneratorSource, generate_batch
 
-__all__ = ["GeneratorOptions", "GeneratorPosition", "GeneratorSource", "GeneratorSplit", "generate_batch"]
+__all__ = ["GeneratorOptions", "GeneratorSource", "generate_batch"]

@@ -1,4 +1,4 @@
-"""GeneratorSource: deterministic synthetic rows, the worked example of a splitsource connector.
+"""GeneratorSource: deterministic synthetic rows on the short path (KeyRangeSource), a row's number its key.
 
 Options (all optional):
 
@@ -33,9 +33,8 @@ order, on any machine, yields the same rows: what makes the generator a good con
 
 from __future__ import annotations
 
-import dataclasses
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,24 +42,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from serializers import SimpleVersionedSerializer, dataclass_serializer
+from serializers import SimpleVersionedSerializer, dataclass_serializer, refused
 from splitsource import (
-    Changes,
-    EnumeratorState,
+    KeyRange,
+    KeyRangePosition,
+    KeyRangeSource,
     OptionsError,
-    RecordsBySplits,
-    Source,
-    Split,
-    SplitEnumerator,
-    SplitEnumeratorContext,
-    SplitQueue,
-    SplitReader,
     SplitReadError,
     TransientSplitReadError,
     option,
 )
 
-__all__ = ["GeneratorOptions", "GeneratorPosition", "GeneratorSource", "GeneratorSplit", "generate_batch"]
+__all__ = ["GeneratorOptions", "GeneratorSource", "generate_batch"]
 
 _TYPES: dict[str, tuple[pa.DataType, int]] = {
     "bigint": (pa.int64(), 8),
@@ -71,6 +64,8 @@ _TYPES: dict[str, tuple[pa.DataType, int]] = {
     "timestamp": (pa.timestamp("us", tz="UTC"), 8),
     "binary": (pa.binary(), 12),
 }
+_BEFORE = ("a generator checkpoint written before its rows were key ranges (no release wrote one): copy again "
+           "with --overwrite")
 _EPOCH_2020_US = 1_577_836_800_000_000
 _FIVE_YEARS_US = 5 * 365 * 86_400 * 1_000_000
 
@@ -204,110 +199,9 @@ def _column_values(column: Column, rows: np.ndarray, h: np.ndarray, mask: np.nda
     return text if kind == "string" else pc.cast(text, pa.binary())
 
 
-@dataclass(frozen=True)
-class GeneratorSplit(Split):
-    """Rows ``start``..``end`` (half-open) of split number ``index``; its state moves ``start`` on."""
-
-    index: int
-    start: int
-    end: int
-    row_bytes: int = 0
-
-    @property
-    def split_id(self) -> str:
-        return f"generator-{self.index}"
-
-    @property
-    def estimated_size_bytes(self) -> int:
-        return (self.end - self.start) * self.row_bytes
-
-
-@dataclass(frozen=True)
-class GeneratorPosition:
-    """The enumerator's plan position: the index of the next split to cut."""
-
-    next_index: int
-
-
-class GeneratorEnumerator(SplitEnumerator[GeneratorSplit, GeneratorPosition]):
-    """Cuts ``rows`` into splits of ``rows_per_split`` on request, from row ``first`` (an incremental run's: the
-    rows the run before read; the generator's rows only ever grow); its state is one integer."""
-
-    def __init__(
-        self,
-        options: GeneratorOptions,
-        context: SplitEnumeratorContext | None = None,
-        position: GeneratorPosition = GeneratorPosition(0),
-        pending: Sequence[GeneratorSplit] = (),
-        first: int = 0,
-    ) -> None:
-        super().__init__(context, pending)
-        self._options = options
-        self._next = position.next_index
-        self._first = first
-
-    def instant(self) -> dict[str, int]:
-        return {"rows": self._options.total}
-
-    def generate_split(self) -> GeneratorSplit | None:
-        per = self._options.rows_per_split
-        start = self._first + self._next * per
-        if start >= self._options.total:
-            return None
-        split = GeneratorSplit(self._next, start, min(start + per, self._options.total), self._options.row_bytes)
-        self._next += 1
-        return split
-
-    def position(self) -> GeneratorPosition:
-        return GeneratorPosition(self._next)
-
-    def estimated_total_splits(self) -> int:
-        return -(-(self._options.total - self._first) // self._options.rows_per_split)
-
-
-_Raw = tuple[pa.RecordBatch, GeneratorSplit]  # a batch, and what is left of its split after it
-
-
-class GeneratorSplitReader(SplitReader[GeneratorSplit, _Raw]):
-    """Generates ``batch_rows`` rows per fetch from the first unfinished split."""
-
-    def __init__(self, source: GeneratorSource) -> None:
-        self._source = source
-        self._options = source.options
-        self._schema = source.schema()
-        self._queue: SplitQueue[GeneratorSplit, int] = SplitQueue(lambda split: split.start)
-        self._woken = threading.Event()
-
-    def add_splits(self, splits: Sequence[GeneratorSplit]) -> None:
-        self._queue.add(splits)
-
-    def fetch(self) -> RecordsBySplits[_Raw]:
-        split = self._queue.head
-        if split is None:
-            return RecordsBySplits()
-        if self._options.fetch_delay_ms and self._woken.wait(self._options.fetch_delay_ms / 1000):
-            self._woken.clear()
-            return RecordsBySplits()  # woken up: return at once, position unchanged
-        start = self._queue.position
-        assert start is not None
-        end = min(start + self._options.batch_rows, split.end)
-        end = self._source._maybe_fail(start, end, split.split_id)
-        batches: list[tuple[str, _Raw]] = []
-        if end > start:
-            batch = generate_batch(self._options, self._schema, start, end)
-            batches.append((split.split_id, (batch, dataclasses.replace(split, start=end))))
-        if end < split.end:
-            self._queue.position = end
-            return RecordsBySplits(batches)
-        self._queue.pop()
-        return RecordsBySplits(batches, frozenset({split.split_id}))
-
-    def wake_up(self) -> None:
-        self._woken.set()
-
-
-class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorOptions]):
-    """Deterministic synthetic rows; see the module docstring for options."""
+class GeneratorSource(KeyRangeSource[GeneratorOptions]):
+    """Deterministic synthetic rows, keyed by their row number, on the short path; see the module docstring for
+    options."""
 
     name = "generator"
     options_class = GeneratorOptions
@@ -331,39 +225,48 @@ class GeneratorSource(Source[GeneratorSplit, GeneratorPosition, _Raw, GeneratorO
     def schema(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, _TYPES[c.type_name][0], nullable=True) for c in self.options.columns])
 
-    def create_enumerator(self, context: SplitEnumeratorContext) -> GeneratorEnumerator:
-        return GeneratorEnumerator(self.options, context, first=self._first_row())
+    def start(self) -> None:
+        """An incremental run's rows follow the last run's: a generator's rows only grow."""
+        after = None if self.since is None else self.since.get("key")
+        if after is not None and (not isinstance(after, int) or after >= self.options.total):
+            raise OptionsError(f"option 'appended': {self.options.total} rows in all, not more than the "
+                               f"{after + 1 if isinstance(after, int) else after} the run before read: a generator's "
+                               "rows only grow")
 
-    def restore_enumerator(
-        self, context: SplitEnumeratorContext, state: EnumeratorState[GeneratorSplit, GeneratorPosition]
-    ) -> GeneratorEnumerator:
-        return GeneratorEnumerator(self.options, context, state.position, state.pending, self._first_row())
+    def last_key(self) -> int | None:
+        """The last row's number: rows are only ever added (option ``appended`` grows)."""
+        return self.options.total - 1 if self.options.total else None
 
-    def incremental(self) -> Changes:
-        """Rows are only ever added (option ``appended`` grows): an incremental run reads the rows after the last
-        run's."""
-        return Changes.APPENDS
+    def boundaries(self) -> Iterator[tuple[int, int]]:
+        per, row_bytes = self.options.rows_per_split, self.options.row_bytes
+        return ((upto, per * row_bytes) for upto in range(per - 1, self.options.total - 1, per))
 
-    def _first_row(self) -> int:
-        """The first row this read reads: 0, or with ``since`` the rows the run before read."""
-        if self.since is None:
-            return 0
-        first = self.since.get("rows")
-        if not isinstance(first, int) or first < 0:
-            raise OptionsError(f"option 'since': {self.since} is not a generator's instant (rows=N)")
-        if first > self.options.total:
-            raise OptionsError(f"option 'appended': {self.options.total} rows in all, fewer than the {first} the run "
-                               "before read: a generator's rows only grow")
-        return first
+    def page_limit(self, split: KeyRange) -> int:
+        return self.options.batch_rows
 
-    def create_split_reader(self) -> GeneratorSplitReader:
-        return GeneratorSplitReader(self)
+    def connect(self) -> threading.Event:
+        """What a slow fetch waits on (``fetch_delay_ms``): set by :meth:`interrupt`, a reader's wake-up."""
+        return threading.Event()
 
-    def split_serializer(self) -> SimpleVersionedSerializer[GeneratorSplit]:
-        return dataclass_serializer(GeneratorSplit)
+    def interrupt(self, connection: threading.Event) -> None:
+        connection.set()
 
-    def position_serializer(self) -> SimpleVersionedSerializer[GeneratorPosition]:
-        return dataclass_serializer(GeneratorPosition)
+    def split_serializer(self) -> SimpleVersionedSerializer[KeyRange]:
+        """The short path's, at version 2: version 1 was the generator's own split, ``[index, start, end, bytes)``,
+        whose fields a key range would misread (its end is not a key read)."""
+        return dataclass_serializer(KeyRange, 2, {1: refused(_BEFORE)})
+
+    def position_serializer(self) -> SimpleVersionedSerializer[KeyRangePosition]:
+        return dataclass_serializer(KeyRangePosition, 3, {1: refused(_BEFORE), 2: refused(_BEFORE)})
+
+    def read(self, connection: threading.Event, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
+        if self.options.fetch_delay_ms and connection.wait(self.options.fetch_delay_ms / 1000):
+            raise InterruptedError("woken up")  # the reader asks again from the same row
+        start = 0 if split.after is None else split.after + 1
+        stop = self.options.total if split.upto is None else split.upto + 1
+        end = self._maybe_fail(start, min(start + limit, stop), split.split_id)
+        batch = generate_batch(self.options, self.schema(), start, end)
+        return batch, (end - 1 if end > start else None), end >= stop
 
     def identity(self) -> dict[str, Any]:
         o = self.options

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors.postgres import PostgresSource
 from serializers import SerializationError, read_envelope
 from splitsource.testing import check_golden
-from tests.golden_cases import CASES
+from tests.golden_cases import CASES, REFUSED
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -20,12 +19,12 @@ def test_every_golden_file_reads_back_and_the_current_bytes_are_stable() -> None
     assert {p.name for p in checked} >= {f"{name}-v{s.version}.bin" for name, (s, _) in CASES.items()}
 
 
-def test_postgresql_checkpoints_from_before_the_short_path_are_refused_in_one_line() -> None:
-    """PostgreSQL's split and plan as written before its ranges moved onto KeyRangeSource (no release wrote them):
-    refused in one line, never misread as a key range or a key-range plan of as many fields."""
-    source = PostgresSource({"table": "events"})
-    for name, serializer in (("postgres-split-v1.bin", source.split_serializer()),
-                             ("postgres-position-v1.bin", source.position_serializer())):
+def test_checkpoints_of_layouts_left_behind_are_refused_in_one_line() -> None:
+    """PostgreSQL's split and plan, and the generator's, as written before they moved onto KeyRangeSource (no
+    release wrote them): refused in one line, never misread as a key range or a key-range plan."""
+    assert {p.name for p in (GOLDEN / "refused").iterdir()} == set(REFUSED)
+    for name, serializer in REFUSED.items():
         with pytest.raises(SerializationError) as refused:
-            read_envelope(serializer, (GOLDEN / name).read_bytes())
-        assert "\n" not in str(refused.value) and "bytes of another record" in str(refused.value), refused.value
+            read_envelope(serializer, (GOLDEN / "refused" / name).read_bytes())
+        message = str(refused.value)
+        assert "\n" not in message and ("bytes of another record" in message or "key ranges" in message), message

@@ -9,9 +9,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.generator import GeneratorSource, GeneratorSplit
-from connectors.generator._source import GeneratorEnumerator
+from connectors.generator import GeneratorSource
 from splitsource import RecordEmitter, RecordsBySplits, SplitReader, SplitState
+from tests.splitsource.full_api import GeneratorEnumerator, GeneratorSplit, RowsSource
 
 
 class _FlakyReader(SplitReader[GeneratorSplit, Any]):
@@ -35,7 +35,7 @@ class _FlakyReader(SplitReader[GeneratorSplit, Any]):
         self.closed = True
 
 
-class FlakyConnectionSource(GeneratorSource):
+class FlakyConnectionSource(RowsSource):
     """A generator whose split readers lose their 'connection' every ``fail_every`` fetches."""
 
     def __init__(self, rows: int, fail_every: int) -> None:
@@ -79,7 +79,7 @@ class _GatedReader(SplitReader[GeneratorSplit, Any]):
         self._owner.release.set()
 
 
-class GatedSupplySource(GeneratorSource):
+class GatedSupplySource(RowsSource):
     """A generator whose split supply blocks on the second request until the reader is woken up: the moment a
     reader is stopped while a split is being handed out."""
 
@@ -103,7 +103,7 @@ class GatedSupplySource(GeneratorSource):
         return _GatedReader(self, super().create_split_reader())
 
 
-class DownForSource(GeneratorSource):
+class DownForSource(RowsSource):
     """A generator whose split readers cannot be created (as when a node is down) until ``down_until``; its
     connection errors are transient, as Cassandra's are."""
 

@@ -1,5 +1,6 @@
-"""A generator whose readers stop before a given row until the test opens a gate (a file): for tests that must see
-something happen while a batch is provably still running, in this process, local workers or Spark's workers."""
+"""The generator's rows on the full API (tests/splitsource/full_api.py), whose readers stop before a given row
+until the test opens a gate (a file): for tests that must see something happen while a batch is provably still
+running, in this process, local workers or Spark's workers."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from connectors.generator import GeneratorSource
-from connectors.generator._source import GeneratorOptions, GeneratorSplit
+from connectors.generator import GeneratorOptions
 from splitsource import RecordsBySplits, SplitReader, option
+from tests.splitsource.full_api import GeneratorSplit, RowsSource
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class GatedRowsOptions(GeneratorOptions):
     gate_wait_s: float = option(60.0, doc="fail the read if the gate stays shut this long")
 
 
-class GatedRowsSource(GeneratorSource):
+class GatedRowsSource(RowsSource):
     name = "gated-rows"
     options_class = GatedRowsOptions
 

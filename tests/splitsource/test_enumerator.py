@@ -1,16 +1,15 @@
-"""SplitEnumerator base behaviour, shown on the generator's enumerator."""
+"""SplitEnumerator base behaviour, shown on the full-API enumerator of the generator's rows (full_api.py)."""
 
 from __future__ import annotations
 
 import tracemalloc
 
-from connectors.generator import GeneratorSource
-from connectors.generator._source import GeneratorEnumerator
 from splitsource.runtime import InProcessRuntime
+from tests.splitsource.full_api import GeneratorEnumerator, RowsSource
 
 
 def enumerator(rows: int, split_rows: int) -> GeneratorEnumerator:
-    return GeneratorSource({"rows": str(rows), "split_rows": str(split_rows)}).create_enumerator(None)  # type: ignore[arg-type]
+    return RowsSource({"rows": str(rows), "split_rows": str(split_rows)}).create_enumerator(None)  # type: ignore[arg-type]
 
 
 def test_generates_lazily_and_covers_rows_once() -> None:
@@ -44,7 +43,7 @@ def test_snapshot_is_a_copy() -> None:
 
 
 def test_restore_never_replans_covered_splits() -> None:
-    source = GeneratorSource({"rows": "100", "split_rows": "10"})
+    source = RowsSource({"rows": "100", "split_rows": "10"})
     e = source.create_enumerator(None)  # type: ignore[arg-type]
     seen = {e.next_split().split_id for _ in range(4)}  # type: ignore[union-attr]
     restored = source.restore_enumerator(None, e.snapshot_state())  # type: ignore[arg-type]
@@ -65,7 +64,7 @@ def test_memory_does_not_grow_with_number_of_splits() -> None:
 
 
 def test_runtime_requests_splits_dynamically() -> None:
-    source = GeneratorSource({"rows": "1000", "split_rows": "100"})
+    source = RowsSource({"rows": "1000", "split_rows": "100"})
     result = InProcessRuntime(source, 3).run()
     assert sum(b.num_rows for b in result.batches) == 1000
     assert result.split_requests >= 10 + 3  # one per split, plus each reader's final 'none left'

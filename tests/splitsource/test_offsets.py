@@ -24,6 +24,7 @@ from splitsource._offsets import (
     source_fingerprint,
 )
 from splitsource._planning import BatchLimit
+from tests.splitsource.full_api import RowsSource
 
 MIN, MAX = -(2**63), 2**63 - 1
 
@@ -104,12 +105,12 @@ def test_a_batch_by_size_holds_at_most_its_limit() -> None:
     """Sixty equal splits under a limit of 25.5 of them: 25 in each batch (never a 26th that goes over it), then the
     rest; under a limit smaller than one split, each split is a batch of its own."""
     options = {"rows": "60000", "split_rows": "1000"}
-    first = GeneratorSource(options).create_enumerator(None).next_split()  # type: ignore[arg-type]
+    first = RowsSource(options).create_enumerator(None).next_split()  # type: ignore[arg-type]
     assert first is not None and first.estimated_size_bytes > 0
     split = first.estimated_size_bytes
 
     def batches(limit: int) -> list[int]:
-        source = GeneratorSource(options)
+        source = RowsSource(options)
         fingerprint = source_fingerprint(source)
         offsets = [initial_offset(source, fingerprint, 2, PlanStore())]
         while (end := next_offset(source, fingerprint, offsets[-1], 2, BatchLimit(max_bytes=limit), PlanStore())):
@@ -123,7 +124,7 @@ def test_a_batch_by_size_holds_at_most_its_limit() -> None:
 
 
 def test_a_missing_or_corrupt_plan_is_one_clear_refusal(tmp_path: Path) -> None:
-    source = GeneratorSource({"rows": "100", "split_rows": "10"})
+    source = RowsSource({"rows": "100", "split_rows": "10"})
     store = PlanStore(locate(str(tmp_path / "plans")))
     fingerprint = source_fingerprint(source)
     first = next_offset(source, fingerprint, initial_offset(source, fingerprint, 2, store), 2,
@@ -149,14 +150,14 @@ def test_a_missing_or_corrupt_plan_is_one_clear_refusal(tmp_path: Path) -> None:
 
 def test_an_enumerator_that_cuts_other_splits_from_the_same_plan_is_refused(tmp_path: Path) -> None:
     store = PlanStore(locate(str(tmp_path / "plans")))
-    source = GeneratorSource({"rows": "100", "split_rows": "10"})
+    source = RowsSource({"rows": "100", "split_rows": "10"})
     fingerprint = source_fingerprint(source)
     first = next_offset(source, fingerprint, initial_offset(source, fingerprint, 2, store), 2,
                         BatchLimit(max_splits=3), store)
     assert first is not None
     _LIVE.keep(("nothing", "", 0), source.create_enumerator(None))
     # the batch the checkpoint says was read is not what the plan gives again (as if the enumerator changed)
-    other = GeneratorSource({"rows": "100", "split_rows": "11"})
+    other = RowsSource({"rows": "100", "split_rows": "11"})
     tampered = {**first, "batch": [base64.b64encode(b).decode() for b in _envelopes(other, 3)]}
     with pytest.raises(CheckpointError, match="not deterministic"):
         next_offset(source, fingerprint, tampered, 2, BatchLimit(max_splits=3), store)

@@ -39,17 +39,17 @@ def test_each_run_copies_the_rows_added_since_the_one_before_and_verify_matches(
     out = tmp_path / "out"
     first = run(copy_args(3000, out))
     assert first.returncode == 0, first.stderr
-    assert first.stdout.startswith("run 1 of an incremental copy, at rows=3000: a full copy"), first.stdout
+    assert first.stdout.startswith("run 1 of an incremental copy, at key=2999: a full copy"), first.stdout
     second = run(copy_args(4200, out))
     assert second.returncode == 0, second.stderr
-    assert second.stdout.splitlines()[0] == ("run 2 of an incremental copy, at rows=4200: 1,200 rows added since "
-                                            "run 1 (rows=3000)"), second.stdout
+    assert second.stdout.splitlines()[0] == ("run 2 of an incremental copy, at key=4199: 1,200 rows added since "
+                                            "run 1 (key=2999)"), second.stdout
     assert "copy finished: 4,200 rows" in second.stdout
     assert marked_rows(out) == Counter({**{(i, 1, "upsert"): 1 for i in range(3000)},
                                         **{(i, 2, "upsert"): 1 for i in range(3000, 4200)}})
     nothing = run(copy_args(4200, out))
     assert nothing.returncode == 0, nothing.stderr
-    assert nothing.stdout.strip() == (f"run 3: nothing changed since run 2 (rows=4200): nothing committed; 4,200 rows "
+    assert nothing.stdout.strip() == (f"run 3: nothing changed since run 2 (key=4199): nothing committed; 4,200 rows "
                                       f"in {out}")
     assert committed_rows(out) == 4200
     verified = run(["verify", *gen(4200), "--output", str(out)])
@@ -67,7 +67,7 @@ def test_a_run_killed_at_every_point_resumes_and_copies_each_new_row_once(tmp_pa
     assert run(copy_args(2000, out, *options)).returncode == 0
     # run 2 reads 6,000 new rows in 6 batches of 2 splits: each kill leaves some of them committed
     final = kill_and_rerun(copy_args(8000, out, *options), out, kills=4, seed=54)
-    assert final.splitlines()[0].startswith("run 2 of an incremental copy, at rows=8000: 6,000 rows added"), final
+    assert final.splitlines()[0].startswith("run 2 of an incremental copy, at key=7999: 6,000 rows added"), final
     assert marked_rows(out) == Counter({**{(i, 1, "upsert"): 1 for i in range(2000)},
                                         **{(i, 2, "upsert"): 1 for i in range(2000, 8000)}})
 
@@ -76,8 +76,8 @@ def test_a_first_run_killed_and_resumed_is_still_run_1_and_the_next_starts_where
     out = tmp_path / "out"
     kill_and_rerun(copy_args(6000, out), out, kills=2, seed=1)
     second = run(copy_args(6500, out))
-    assert second.stdout.splitlines()[0].startswith("run 2 of an incremental copy, at rows=6500: 500 rows added "
-                                                    "since run 1 (rows=6000)"), second.stdout
+    assert second.stdout.splitlines()[0].startswith("run 2 of an incremental copy, at key=6499: 500 rows added "
+                                                    "since run 1 (key=5999)"), second.stdout
     assert sorted(i for i, _, _ in marked_rows(out)) == list(range(6500))
 
 

@@ -34,7 +34,7 @@ def test_the_ledger_holds_every_split_with_its_true_rows(tmp_path: Path) -> None
     ledger = _ledger(out)
     assert ledger is not None
     # the generator's truth: split i holds rows [4000 i, 4000 (i + 1))
-    assert {k: v.rows for k, v in ledger.items()} == {f"generator-{i}": 4000 for i in range(15)}
+    assert {k: v.rows for k, v in ledger.items()} == {f"range-{i}": 4000 for i in range(15)}
     assert len(list((Path(f"{out}.checkpoint") / "splits").iterdir())) == 4  # one file per batch
 
 
@@ -61,7 +61,7 @@ def test_a_commit_that_fails_after_the_ledger_write_leaves_nothing_counted_twice
         copy("generator", SOURCE, str(out), engine=engine, max_splits_per_batch=4, **settings)
     assert failed == [1], "the fault was not injected"
     ledger = _ledger(out)
-    assert ledger is not None and sorted(ledger) == [f"generator-{i}" for i in range(4)]  # batch 0 only
+    assert ledger is not None and sorted(ledger) == [f"range-{i}" for i in range(4)]  # batch 0 only
     copy("generator", SOURCE, str(out), engine=engine, max_splits_per_batch=4, **settings)
     ledger = _ledger(out)
     assert ledger is not None and sum(c.rows for c in ledger.values()) == 60_000 and len(ledger) == 15

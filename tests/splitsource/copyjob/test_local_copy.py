@@ -85,7 +85,7 @@ def test_a_failing_split_is_one_line_and_commits_nothing_of_its_batch(tmp_path: 
     result = run(["copy", *gen, *LOCAL, "--output", str(out), "--max-splits-per-batch", "2"])
     assert result.returncode == 1
     line = result.stderr.strip().splitlines()[-1]
-    assert re.search(r"reading split\(s\) generator-5 failed: injected failure at row 5500 .*\(details: .*"
+    assert re.search(r"reading split\(s\) range-5 failed: injected failure at row 5500 .*\(details: .*"
                      r"splitsource-copy-error.log\)$", line), result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert committed_rows(out) == 4000  # batches 0 and 1 committed; batch 2 (splits 4, 5) not at all
@@ -251,7 +251,7 @@ def test_summary_json_tells_a_scheduler_what_happened(tmp_path: Path) -> None:
     assert outcome["status"] == "finished" and outcome["exit_code"] == 0 and outcome["engine"] == "local"
     assert outcome["total_rows"] == 5000 and outcome["splits"] == 4 and outcome["files"] >= 1
     assert outcome["bytes"] == sum(p.stat().st_size for p in out.rglob("*.parquet"))
-    assert outcome["split_rows"] == {"generator-0": 1500, "generator-1": 1500, "generator-2": 1500, "generator-3": 500}
+    assert outcome["split_rows"] == {"range-0": 1500, "range-1": 1500, "range-2": 1500, "range-3": 500}
     assert outcome["retries"] == 2 and outcome["throttled_s"] == 0
     bad = run(["copy", "--engine", "local", "--connector", "generator", "-o", "rowz=5", "--output",
                str(tmp_path / "other"), "--summary-json", str(report)])

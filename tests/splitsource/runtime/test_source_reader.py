@@ -50,14 +50,14 @@ def test_transient_failure_past_max_attempts_names_the_split() -> None:
         {"rows": "10000", "split_rows": "3000", "batch_rows": "700", "fail_at_row": "4500", "fail_times": "9"}
     )
     with pytest.raises(SplitReadError,
-                       match=r"split\(s\) generator-1 failed after 3 attempts over [0-9.]+s: injected failure"):
+                       match=r"split\(s\) range-1 failed after 3 attempts over [0-9.]+s: injected failure"):
         read_ids(source)
 
 
 def test_fatal_failure_is_not_retried_and_names_the_split() -> None:
     source = GeneratorSource({"rows": "1000", "split_rows": "300", "fail_at_row": "650", "fail_kind": "fatal"})
     reader = SourceReader(source, supplier(source), retry=FAST)
-    with pytest.raises(SplitReadError, match=r"reading split\(s\) generator-2 failed: injected failure at row 650"):
+    with pytest.raises(SplitReadError, match=r"reading split\(s\) range-2 failed: injected failure at row 650"):
         list(reader.read())
     assert reader.metrics.retries == 0
 
@@ -157,14 +157,14 @@ def test_a_reader_started_while_the_node_is_down_waits_for_it() -> None:
 def test_a_value_its_type_cannot_hold_reaches_the_caller_as_itself() -> None:
     """The connector's ValueRangeError names the column and the way round: the reader passes it on as it is (its
     class and message), never retried and never wrapped in a generic read failure."""
-    from connectors.generator._source import GeneratorSplitReader
     from splitsource import RecordsBySplits, ValueRangeError
+    from tests.splitsource.full_api import GeneratorSplitReader, RowsSource
 
     class Refusing(GeneratorSplitReader):
         def fetch(self) -> RecordsBySplits[object]:
             raise ValueRangeError("column at holds infinity (row id=2); add -o text_columns=at", 2)
 
-    source = GeneratorSource({"rows": "1000", "split_rows": "500"})
+    source = RowsSource({"rows": "1000", "split_rows": "500"})
     source.create_split_reader = lambda: Refusing(source)  # type: ignore[method-assign]
     reader = SourceReader(source, supplier(source), retry=FAST)
     with pytest.raises(ValueRangeError, match=r"^column at holds infinity \(row id=2\); add -o text_columns=at$"):

@@ -35,7 +35,7 @@ def test_a_failing_spark_task_is_one_line_and_commits_nothing_of_its_batch(tmp_p
                   "--max-splits-per-batch", "2"])
     assert result.returncode == 1
     line = result.stderr.strip().splitlines()[-1]
-    assert re.search(r"reading split\(s\) generator-5 failed: injected failure at row 5500 .*\(details: .*"
+    assert re.search(r"reading split\(s\) range-5 failed: injected failure at row 5500 .*\(details: .*"
                      r"splitsource-copy-error.log\)$", line), result.stderr[-2000:]
     assert "Traceback" not in result.stderr and "at org.apache" not in result.stderr
     assert committed_rows(out) == 4000  # batches 0 and 1 committed; batch 2 (splits 4, 5) not at all

@@ -73,7 +73,7 @@ def test_transient_fault_is_retried_and_every_row_appears_once(spark: Any) -> No
 
 def test_fatal_fault_fails_the_query_naming_the_split(spark: Any) -> None:
     df = read(spark, rows="2000", split_rows="500", fail_at_row="1200", fail_kind="fatal")
-    with pytest.raises(Exception, match=r"reading split\(s\) generator-2 failed: injected failure at row 1200"):
+    with pytest.raises(Exception, match=r"reading split\(s\) range-2 failed: injected failure at row 1200"):
         df.count()
 
 

@@ -1,8 +1,8 @@
 """The conformance kit catches the connector bugs it exists for: each kind planted into a small connector (the
-generator, as docs/connector-guide.md builds it) by overriding one piece; ``check_all`` must fail on every one, by
-the check meant for it (its message starts with the check's name) and with a message naming what differed, and
-pass on the unmodified connector. The truth is what the test knows the generator makes (ids 0..1,999), never a read
-through the runtime under test."""
+generator's rows on the full API, tests/splitsource/full_api.py) by overriding one piece; ``check_all`` must fail
+on every one, by the check meant for it (its message starts with the check's name) and with a message naming what
+differed, and pass on the unmodified connector (and on the generator itself, on the short path). The truth is what
+the test knows the generator makes (ids 0..1,999), never a read through the runtime under test."""
 
 from __future__ import annotations
 
@@ -12,28 +12,24 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from connectors.generator._source import (
-    GeneratorEnumerator,
-    GeneratorSource,
-    GeneratorSplit,
-    GeneratorSplitReader,
-)
+from connectors.generator import GeneratorSource
 from serializers import MsgpackRecordSerializer
 from splitsource import KeyRange, KeyRangeSource, ResumeEmitter, ResumeState, Secret, option, testing
 from splitsource._api import RecordsBySplits
+from tests.splitsource.full_api import GeneratorEnumerator, GeneratorSplit, GeneratorSplitReader, RowsSource
 
 OPTIONS = {"rows": "2000", "split_rows": "200", "batch_rows": "50", "fetch_delay_ms": "2", "columns": "id:bigint"}
 TRUTH = pa.table({"id": pa.array(range(2000), pa.int64())}, schema=pa.schema([pa.field("id", pa.int64(), False)]))
 
 
-class LostAddBack(GeneratorSource):
+class LostAddBack(RowsSource):
     """restore_enumerator drops the add-back list (the state FLIP-27 checkpoints so that no split is lost)."""
 
     def restore_enumerator(self, context: Any, state: Any) -> GeneratorEnumerator:
         return GeneratorEnumerator(self.options, context, state.position)
 
 
-class ReplanOnRestore(GeneratorSource):
+class ReplanOnRestore(RowsSource):
     """restore_enumerator plans again from the start (flink-connector-cassandra's bug)."""
 
     def restore_enumerator(self, context: Any, state: Any) -> GeneratorEnumerator:
@@ -46,7 +42,7 @@ class _SkippingState(ResumeState[GeneratorSplit]):
         return replace(left, start=min(left.start + 1, left.end))
 
 
-class SkipOnResume(GeneratorSource):
+class SkipOnResume(RowsSource):
     """A resumed split starts one row past where its state says."""
 
     def create_split_state(self, split: GeneratorSplit) -> ResumeState[GeneratorSplit]:
@@ -64,7 +60,7 @@ class _RestartingState(_KeepsFirst):
         return self.first
 
 
-class RepeatOnResume(GeneratorSource):
+class RepeatOnResume(RowsSource):
     """A resumed split starts over from its first row (the Spark Cassandra Connector's restart-from-zero)."""
 
     def create_split_state(self, split: GeneratorSplit) -> ResumeState[GeneratorSplit]:
@@ -76,7 +72,7 @@ class _StillEmitter(ResumeEmitter[GeneratorSplit]):
         return raw[0]
 
 
-class EmitterLeavesState(GeneratorSource):
+class EmitterLeavesState(RowsSource):
     """The emitter never moves the split state."""
 
     def create_record_emitter(self) -> ResumeEmitter[GeneratorSplit]:
@@ -93,7 +89,7 @@ class _EarlyReader(GeneratorSplitReader):
         return result
 
 
-class FinishedEarly(GeneratorSource):
+class FinishedEarly(RowsSource):
     """A split is reported finished after its first batch."""
 
     def create_split_reader(self) -> GeneratorSplitReader:
@@ -108,7 +104,7 @@ class _OffByOneEnumerator(GeneratorEnumerator):
         return split
 
 
-class LastRowLost(GeneratorSource):
+class LastRowLost(RowsSource):
     """The last split's exclusive upper bound skips the final row (flink-connector-cassandra's maximum token)."""
 
     def create_enumerator(self, context: Any) -> GeneratorEnumerator:
@@ -122,7 +118,7 @@ _LOSSY = MsgpackRecordSerializer(
 )
 
 
-class SerializerDropsField(GeneratorSource):
+class SerializerDropsField(RowsSource):
     """The split serializer drops a field."""
 
     def split_serializer(self) -> Any:
@@ -137,7 +133,7 @@ _SHORTENING = MsgpackRecordSerializer(
 )
 
 
-class SerializerShortensLaterSplits(GeneratorSource):
+class SerializerShortensLaterSplits(RowsSource):
     """The split serializer loses a row of every split after the fifth (the kit's round-trip once never ran)."""
 
     def split_serializer(self) -> Any:
@@ -150,7 +146,7 @@ class _RenamingState(_KeepsFirst):
         return replace(left, index=left.index + 1000 * (left.start > self.first.start))
 
 
-class NarrowedSplitRenamed(GeneratorSource):
+class NarrowedSplitRenamed(RowsSource):
     """A narrowed split gets another id (the runtimes follow a split by its id)."""
 
     def create_split_state(self, split: GeneratorSplit) -> ResumeState[GeneratorSplit]:
@@ -162,7 +158,7 @@ class _DeafReader(GeneratorSplitReader):
         pass  # a fetch that waits runs to its end
 
 
-class IgnoresWakeUp(GeneratorSource):
+class IgnoresWakeUp(RowsSource):
     """wake_up() is ignored, so a long fetch cannot be cut short (a fetch here waits 5 s)."""
 
     def create_split_reader(self) -> GeneratorSplitReader:
@@ -175,7 +171,7 @@ class _RebuildingEnumerator(GeneratorEnumerator):
         super().add_splits_back([GeneratorSplit(s.index, s.index * per, s.end, s.row_bytes) for s in splits])
 
 
-class AddBackRestartsSplits(GeneratorSource):
+class AddBackRestartsSplits(RowsSource):
     """A running enumerator rebuilds each split a failed reader gives back from its id, as a fresh plan would, so
     a split read in part starts over (the restored enumerator, written apart, takes splits back as they are)."""
 
@@ -189,14 +185,14 @@ class _NarrowingEmitter(ResumeEmitter[GeneratorSplit]):
         return pa.RecordBatch.from_arrays([batch.column(0).cast(pa.int32())], names=["id"])
 
 
-class WrongBatchSchema(GeneratorSource):
+class WrongBatchSchema(RowsSource):
     """The emitter gives ids as int32 where the schema says int64 (Spark needs each batch in the declared schema)."""
 
     def create_record_emitter(self) -> ResumeEmitter[GeneratorSplit]:
         return _NarrowingEmitter()
 
 
-class ReferenceDropsARow(GeneratorSource):
+class ReferenceDropsARow(RowsSource):
     """reference_rows (verify's independent path) leaves out the first row of its first part."""
 
     def reference_rows(self, part: int = 0, parts: int = 1) -> Any:
@@ -208,7 +204,7 @@ class ReferenceDropsARow(GeneratorSource):
 
 # each mutant, the check meant to catch it, and words its message must hold besides the check's name: the counts
 # of rows missing and extra the bug makes, never words every mismatch prints
-MUTANTS: dict[type[GeneratorSource], tuple[str, str]] = {
+MUTANTS: dict[type[RowsSource], tuple[str, str]] = {
     LostAddBack: ("check_add_back_snapshot", "add-back list was lost"),
     ReplanOnRestore: ("check_snapshot_restore", "0 row(s) missing, 400 row(s) extra or duplicated"),
     SkipOnResume: ("check_snapshot_restore", "2 row(s) missing, 0 row(s) extra"),
@@ -228,11 +224,12 @@ CHECKS = ["check_serializers", "check_parallel_read", "check_snapshot_restore", 
           "check_add_back_snapshot", "check_wake_up_resume", "check_reference_rows"]
 
 
-def test_the_kit_passes_the_connector_without_a_planted_bug() -> None:
-    testing.check_all(GeneratorSource(OPTIONS), TRUTH)
+@pytest.mark.parametrize("source", [GeneratorSource, RowsSource], ids=["generator", "full-API"])
+def test_the_kit_passes_the_connector_without_a_planted_bug(source: type[RowsSource | GeneratorSource]) -> None:
+    testing.check_all(source(OPTIONS), TRUTH)
 
 
-def _run(check: str, source: GeneratorSource, truth: pa.Table) -> None:
+def _run(check: str, source: RowsSource, truth: pa.Table) -> None:
     if check == "check_wake_up_resume":
         testing.check_wake_up_resume(source)  # with the timeout check_all gives it
     elif check in ("check_serializers", "check_reference_rows"):
@@ -242,7 +239,7 @@ def _run(check: str, source: GeneratorSource, truth: pa.Table) -> None:
 
 
 @pytest.mark.parametrize("mutant", list(MUTANTS), ids=[m.__name__ for m in MUTANTS])
-def test_the_kit_catches_a_planted_bug_with_the_check_meant_for_it(mutant: type[GeneratorSource]) -> None:
+def test_the_kit_catches_a_planted_bug_with_the_check_meant_for_it(mutant: type[RowsSource]) -> None:
     truth = TRUTH
     check, words = MUTANTS[mutant]
     options = {**OPTIONS, "fetch_delay_ms": "5000", "batch_rows": "100"} if mutant is IgnoresWakeUp else OPTIONS
@@ -291,7 +288,7 @@ def test_the_kit_run_without_a_reference_catches_a_short_path_source_whose_pages
     message = str(caught.value)
     assert message.startswith("check_page_sizes: range-0 read in pages of 3 rows, against pages of 10000"), message
     assert "93 row(s) extra or duplicated" in message, message  # 100 rows in 3-row pages, 7 in capped ones
-    testing.check_page_sizes(GeneratorSource(OPTIONS))  # a source of the full API: nothing to check
+    testing.check_page_sizes(RowsSource(OPTIONS))  # a source of the full API: nothing to check
 
 
 class _Capped(CappedPages):
@@ -342,25 +339,26 @@ def test_a_boundary_out_of_order_is_refused_never_dropped() -> None:
 # -- check_incremental: a run after the generator grew from 2,000 rows to 2,600 reads ids 2,000..2,599, once ------
 
 
-def _grown(source: GeneratorSource) -> GeneratorSource:
+def _grown(source: Any) -> Any:
     return type(source)({**OPTIONS, "appended": "600"})
 
 
 NEW = pa.table({"id": pa.array(range(2000, 2600), pa.int64())}, schema=TRUTH.schema)
 
 
-def test_check_incremental_passes_the_generator() -> None:
-    testing.check_incremental(GeneratorSource(OPTIONS), lambda: _grown(GeneratorSource(OPTIONS)), NEW)
+@pytest.mark.parametrize("source", [GeneratorSource, RowsSource], ids=["generator", "full-API"])
+def test_check_incremental_passes_the_generator(source: type[RowsSource | GeneratorSource]) -> None:
+    testing.check_incremental(source(OPTIONS), lambda: _grown(source(OPTIONS)), NEW)
 
 
-class _SinceIgnored(GeneratorSource):
+class _SinceIgnored(RowsSource):
     """A run since an instant reads every row again."""
 
     def _first_row(self) -> int:
         return 0
 
 
-class _InstantBehind(GeneratorSource):
+class _InstantBehind(RowsSource):
     """The instant says one row fewer than the run read: the next run reads that row again."""
 
     def create_enumerator(self, context: Any) -> GeneratorEnumerator:
@@ -374,7 +372,7 @@ class _InstantBehind(GeneratorSource):
     (_InstantBehind, "the run after the change: 0 row(s) missing, 1 row(s) extra or duplicated; e.g. missing [], "
                      "extra [(1999,)]"),
 ], ids=["SinceIgnored", "InstantBehind"])
-def test_check_incremental_catches_a_run_that_reads_more_than_what_changed(mutant: type[GeneratorSource],
+def test_check_incremental_catches_a_run_that_reads_more_than_what_changed(mutant: type[RowsSource],
                                                                           words: str) -> None:
     with pytest.raises(AssertionError) as caught:
         testing.check_incremental(mutant(OPTIONS), lambda: _grown(mutant(OPTIONS)), NEW)
