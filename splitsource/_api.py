@@ -233,6 +233,15 @@ class SplitEnumerator(abc.ABC, Generic[SplitT, PositionT]):
         source does not see deletes."""
         return None
 
+    def changed_keys(self) -> tuple[int, Iterator[pa.RecordBatch]] | None:
+        """A shortcut past :meth:`keys` when nothing was deleted: how many keys the source holds at this run's
+        instant, and the keys of the rows changed since the last run (typed as :meth:`keys` types them), which
+        must hold every key the last run's instant did not. An incremental run counts the output's keys and the
+        new ones among these; when that is the source's count, no key is gone, and :meth:`keys` is never read.
+        Worth it where counting is cheaper than listing (a server's ``count(*)`` beside a transfer of every
+        key). None (the default): :meth:`keys` is read."""
+        return None
+
     def next_split(self) -> SplitT | None:
         """Serve an added-back split if there is one, else generate the next split, else ``None``."""
         if self._closed:

@@ -98,9 +98,9 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
 
     Hooks, each with a default that does nothing: where the plan is cut, :meth:`start` and :meth:`stop` (take and
     hold what every reader shares, a snapshot), :meth:`reader_options` (hand it to them), :meth:`instant`,
-    :meth:`changed` and :meth:`keys` (incremental runs), :meth:`before` (a key order that is not Python's),
-    :meth:`plan_guard` (a plan that must not move); where rows are read, :meth:`connect`, :meth:`interrupt`,
-    :meth:`page_limit` and :meth:`report`."""
+    :meth:`changed`, :meth:`keys` and :meth:`changed_keys` (incremental runs), :meth:`before` (a key order that is
+    not Python's), :meth:`plan_guard` (a plan that must not move); where rows are read, :meth:`connect`,
+    :meth:`interrupt`, :meth:`page_limit` and :meth:`report`."""
 
     page_rows: ClassVar[int] = 10_000
     resumes_from_state: ClassVar[bool] = True  # a resumed copy skips the ranges it handed out, by key
@@ -154,6 +154,12 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
     def keys(self) -> Iterator[pa.RecordBatch] | None:
         """Every key the source holds at this run's instant, for an incremental run to find deletes
         (:meth:`SplitEnumerator.keys`). The default: None (deletes are not seen)."""
+        return None
+
+    def changed_keys(self) -> tuple[int, Iterator[pa.RecordBatch]] | None:
+        """How many keys the source holds at this run's instant, and the keys changed since the last run: a
+        shortcut past :meth:`keys` when nothing was deleted (:meth:`SplitEnumerator.changed_keys`). The default:
+        None."""
         return None
 
     def before(self, a: Any, b: Any) -> bool:
@@ -283,6 +289,9 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
 
     def keys(self) -> Iterator[pa.RecordBatch] | None:
         return self._source.keys()
+
+    def changed_keys(self) -> tuple[int, Iterator[pa.RecordBatch]] | None:
+        return self._source.changed_keys()
 
     def generate_split(self) -> KeyRange | None:
         at, before = self._at, self._source.before

@@ -126,20 +126,40 @@ def page(connection: Connection, options: PostgresOptions, table: Table, split: 
     return pa.RecordBatch.from_arrays(arrays, schema=table.schema), last, done
 
 
-def read_keys(options: PostgresOptions, table: Table) -> Iterator[pa.RecordBatch]:
+def read_keys(options: PostgresOptions, table: Table, since: int | None = None) -> Iterator[pa.RecordBatch]:
     """Every row of ``table`` (a table of its key columns alone), relation by relation in one query each, unordered
-    (a scan, not a walk of the index), inside the run's snapshot when ``options`` has one."""
+    (a scan, not a walk of the index), inside the run's snapshot when ``options`` has one; ``since``: only the row
+    versions a snapshot whose xmin that was could not see (:func:`changed_since`)."""
     connection = connect(options, table.lc_monetary)
     try:
-        connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        if options.snapshot:
-            connection.execute(f"SET TRANSACTION SNAPSHOT {literal(options.snapshot)}")
-        where = f" WHERE {options.where}" if options.where else ""
+        _in_snapshot(connection, options)
         for relation in table.relations:
-            page = connection.query(f"SELECT {', '.join(c.select for c in table.columns)} FROM {relation}{where}")
+            where = ([f"({options.where})"] if options.where else []) + (
+                [changed_since(relation, since)] if since is not None else [])
+            page = connection.query(f"SELECT {', '.join(c.select for c in table.columns)} FROM {relation}"
+                                    + (f" WHERE {' AND '.join(where)}" if where else ""))
             yield pa.RecordBatch.from_arrays(_arrays(table, page), schema=table.schema)
     finally:
         connection.close()
+
+
+def count_rows(options: PostgresOptions, table: Table) -> int:
+    """How many rows ``table`` holds (``where``'s), inside the run's snapshot when ``options`` has one: a scan the
+    server may share among its parallel workers, with nothing sent."""
+    connection = connect(options, table.lc_monetary)
+    try:
+        _in_snapshot(connection, options)
+        where = f" WHERE {options.where}" if options.where else ""
+        union = " UNION ALL ".join(f"SELECT count(*) AS n FROM {relation}{where}" for relation in table.relations)
+        return int(connection.query(f"SELECT sum(n)::int8 FROM ({union}) AS counts").column(0)[0].as_py())
+    finally:
+        connection.close()
+
+
+def _in_snapshot(connection: Connection, options: PostgresOptions) -> None:
+    connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    if options.snapshot:
+        connection.execute(f"SET TRANSACTION SNAPSHOT {literal(options.snapshot)}")
 
 
 def _shape_column(index: int) -> str:

@@ -23,7 +23,7 @@ from connectors.postgres._catalog import (
 )
 from connectors.postgres._options import PostgresOptions, conninfo
 from connectors.postgres._plan import BLOCK, Plan
-from connectors.postgres._reader import ROWS_PER_BLOCK, page, read_keys, session
+from connectors.postgres._reader import ROWS_PER_BLOCK, count_rows, page, read_keys, session
 from connectors.postgres._session import Connection, connect, errors_in_one_line, transient
 from splitsource import Changes, KeyRange, KeyRangeSource, OptionsError, Predicate
 
@@ -109,8 +109,20 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
         if not table.key or any(k not in table.columns for k in table.key) or not plan.changed:
             return None
         self._keys_read = True
-        options = dataclasses.replace(self.options, snapshot=plan.snapshot or self.options.snapshot)
-        return read_keys(options, dataclasses.replace(table, columns=table.key))
+        return read_keys(self._in_plan(), dataclasses.replace(table, columns=table.key))
+
+    def changed_keys(self) -> tuple[int, Iterator[pa.RecordBatch]] | None:
+        """The table's rows counted, and the keys of the row versions the last run's snapshot could not see, in the
+        run's snapshot: two scans with nothing sent but the changed keys, where :meth:`keys` sends every key."""
+        since = self._since_xmin()
+        if since is None:
+            return None
+        options, table = self._in_plan(), self.table
+        return count_rows(options, table), read_keys(options, dataclasses.replace(table, columns=table.key), since)
+
+    def _in_plan(self) -> PostgresOptions:
+        """The options of a connection that reads in the run's snapshot."""
+        return dataclasses.replace(self.options, snapshot=self._started().snapshot or self.options.snapshot)
 
     def boundaries(self) -> Iterator[tuple[Any, int]]:
         return self._started().boundaries(self.by_blocks)

@@ -448,13 +448,16 @@ def check_incremental(source: AnySource, change: Callable[[], AnySource], expect
     where the first run ended). A third read, since the second's instant with nothing changed, must be empty.
     ``deleted`` (the key columns of the rows the change deleted, for a ``Changes.UPSERTS`` source): the keys an
     enumerator of the run after the change lists (:meth:`~splitsource.SplitEnumerator.keys`) must be the first
-    read's less exactly these, and hold every key the run read."""
+    read's less exactly these, and hold every key the run read; where it counts them
+    (:meth:`~splitsource.SplitEnumerator.changed_keys`), its count must be theirs, and its changed keys among them,
+    with every key the first run did not read."""
     check = "check_incremental"
     changes = source.incremental()
     first = InProcessRuntime(source, 2)
     before = first.run().batches
+    instant = json.loads(json.dumps(first.enumerator.instant()))  # now: a source may answer from its newest plan
     after = change()
-    second = InProcessRuntime(_since(after, first.enumerator.instant()), 2)
+    second = InProcessRuntime(_since(after, instant), 2)
     changed = second.run().batches
     third = InProcessRuntime(_since(after, second.enumerator.instant()), 2)
     again = third.run().batches
@@ -462,7 +465,7 @@ def check_incremental(source: AnySource, change: Callable[[], AnySource], expect
         raise _trivial(check, "the change changed no row")
     schema = source.schema()
     if deleted is not None:
-        _check_deleted(_since(after, first.enumerator.instant()), pa.Table.from_batches(before, schema=schema),
+        _check_deleted(_since(after, instant), pa.Table.from_batches(before, schema=schema),
                        pa.Table.from_batches(changed, schema=schema), deleted)
     _assert_same(rows_of(changed, schema), rows_of(expected), f"{check}: the run after the change")
     _assert_same(rows_of(again, schema), Counter(), f"{check}: a run with nothing changed")
@@ -480,10 +483,13 @@ def _check_deleted(source: AnySource, first: pa.Table, read: pa.Table, deleted: 
         f"{check}: deleted is given, but the source is not one of upserts by key (Changes.UPSERTS, key_columns())"
     lister = source.create_enumerator(FixedEnumeratorContext(1))
     lister.start()
+    key_schema = pa.schema([source.schema().field(k) for k in keys])
     try:
         found = lister.keys()
         assert found is not None, f"{check}: deleted is given, but the enumerator's keys() is None: no delete is seen"
-        listed = pa.Table.from_batches(list(found), schema=pa.schema([source.schema().field(k) for k in keys]))
+        listed = pa.Table.from_batches(list(found), schema=key_schema)
+        counted = lister.changed_keys()
+        changed = None if counted is None else pa.Table.from_batches(list(counted[1]), schema=key_schema)
     finally:
         lister.close()
 
@@ -496,6 +502,15 @@ def _check_deleted(source: AnySource, first: pa.Table, read: pa.Table, deleted: 
     unlisted = key_set(read) - present
     assert not unlisted, f"{check}: keys() does not list {len(unlisted)} key(s) the run after the change read, " \
                          f"e.g. {sorted(unlisted, key=repr)[:3]}"
+    if counted is not None and changed is not None:
+        assert counted[0] == len(present), f"{check}: changed_keys() counts {counted[0]} key(s), keys() lists " \
+                                           f"{len(present)}"
+        new = present - key_set(first) - key_set(changed)
+        assert not new, f"{check}: changed_keys() leaves out {len(new)} key(s) the first run did not read, e.g. " \
+                        f"{sorted(new, key=repr)[:3]}"
+        strays = key_set(changed) - present
+        assert not strays, f"{check}: changed_keys() gives {len(strays)} key(s) keys() does not list, e.g. " \
+                           f"{sorted(strays, key=repr)[:3]}"
 
 
 def _since(source: AnySource, instant: Mapping[str, Any] | None) -> AnySource:

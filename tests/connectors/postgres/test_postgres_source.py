@@ -498,7 +498,8 @@ def _events(ids: list[int], name: str | None = None) -> pa.Table:
 def test_the_kits_incremental_check_with_updates_inserts_and_deletes(postgres: PostgresServer,
                                                                      table_name: str) -> None:
     """An incremental run reads the updated and inserted rows, once, and the enumerator's keys() lists the table's
-    keys less the deleted ones; a keys() that leaves out a key the table holds is caught, by name."""
+    keys less the deleted ones, and changed_keys() counts them; a keys() that leaves out a key the table holds, and a
+    changed_keys() that leaves out the inserted keys, are caught, by name."""
     make_events(postgres, table_name, 3000)
     source = PostgresSource(options(postgres, table_name, columns="id,name,score,flag", split_size_mb="0.05",
                                     page_rows="500"))
@@ -523,4 +524,16 @@ def test_the_kits_incremental_check_with_updates_inserts_and_deletes(postgres: P
     mutant = ListsTooFew(options(postgres, table_name, columns="id,name,score,flag"))
     with pytest.raises(AssertionError, match="check_incremental: the keys the first run read that keys"):
         testing.check_incremental(mutant, lambda: change() and mutant, changed,
+                                  deleted=pa.table({"id": list(range(2991, 3001))}))
+
+    class CountsNoInsert(PostgresSource):  # its changed keys: the updated alone, so a delete would be missed
+        def changed_keys(self) -> Any:
+            counted = super().changed_keys()
+            return None if counted is None else (
+                counted[0], (b.filter(pc.less_equal(b.column("id"), 3000)) for b in counted[1]))
+
+    make_events(postgres, table_name, 3000)
+    counts = CountsNoInsert(options(postgres, table_name, columns="id,name,score,flag"))
+    with pytest.raises(AssertionError, match=r"check_incremental: changed_keys\(\) leaves out 10 key"):
+        testing.check_incremental(counts, lambda: change() and counts, changed,
                                   deleted=pa.table({"id": list(range(2991, 3001))}))
