@@ -95,11 +95,13 @@ class RunDeletes:
     def _none_gone(self, held: pa.Table, count: int, changed: Iterator[pa.RecordBatch]) -> bool:
         """Whether every key ``held`` holds is among the source's ``count``, given ``changed``, a superset of the
         keys the source holds that ``held`` does not: the source's keys are those held less the gone, plus the
-        new, so none is gone when the held and the new among ``changed`` make ``count``."""
+        new, so none is gone when the held and the new among ``changed`` make ``count``. ``held`` is counted by
+        rows: a key held twice (never, but for a fault) makes more than ``count``, so it lists the keys, never
+        the wrong way."""
         batches = list(changed)
         changed_keys = _distinct(self._typed(pa.Table.from_batches(batches) if batches else None))
         held_among = _distinct(held.join(changed_keys, list(self.keys), join_type="left semi")).num_rows
-        return bool(_distinct(held).num_rows + changed_keys.num_rows - held_among == count)
+        return bool(held.num_rows + changed_keys.num_rows - held_among == count)
 
     def applied(self, query_id: str) -> RunChanges | None:
         """What run ``query_id`` changed in the output: the deletes found at its first plan, less the keys it read
@@ -125,8 +127,8 @@ class RunDeletes:
         return changes
 
     def _output(self, query_id: str = "") -> tuple[pa.Table, pa.Table]:
-        """The keys the output held before this run (a key may come more than once: a table's rows; in files,
-        each key whose newest row of an earlier run is not a delete), read once a run (the first plan's, in the
+        """The keys the output held before this run, each once (a table's rows, applied by key; in files, each key
+        whose newest row of an earlier run is not a delete), read once a run (the first plan's, in the
         process that ends the run too), and the keys this run wrote (an incremental table's: its commit records,
         which the log keeps until the run's table commit; files': their rows of this run, whose records the log
         may have pruned, in the files committed since the output was last read)."""
@@ -143,26 +145,28 @@ class RunDeletes:
         files = committer.finished_files()
         rows = self._file_rows([f for f in files if f not in self._seen], [*self.key_schema, *CHANGE_FIELDS])
         self._seen.update(files)
-        deleted = pc.equal(rows.column(CHANGE_COLUMN), "delete")
-        mine = pc.equal(rows.column(RUN_COLUMN), self.run)
-        read = self._typed(rows.filter(pc.and_(mine, pc.invert(deleted))))
+        mine = rows.filter(pc.equal(rows.column(RUN_COLUMN), self.run))  # few: a run's changes
+        read = self._typed(mine.filter(pc.not_equal(mine.column(CHANGE_COLUMN), "delete")))
         if self._held is None:
-            self._held = self._held_in_files(rows.filter(pc.invert(mine)))
+            self._held = self._held_in_files(rows)
         return self._held, read
 
     def _held_in_files(self, rows: pa.Table) -> pa.Table:
-        """The keys file rows of earlier runs hold: each key whose newest row is not a delete."""
+        """The keys the file ``rows`` of runs before this one hold, each once: the first run's (a full copy: every
+        key once), less those a later run wrote again, and of these (few), each whose newest row is not a delete.
+        Compared as numbers (a change's text is compared on the later runs' rows alone)."""
         import pyarrow.compute as pc
 
-        keys = list(self.keys)
-        deleted = pc.equal(rows.column(CHANGE_COLUMN), "delete")
-        if not pc.any(deleted).as_py():
-            return self._typed(rows)
-        # the rows of keys ever deleted (few), newest first: a key whose newest is a delete is gone
-        touched = rows.join(rows.filter(deleted).select(keys), keys, join_type="left semi")
-        newest = touched.sort_by(RUN_COLUMN).group_by(keys, use_threads=False).aggregate([(CHANGE_COLUMN, "last")])
-        gone = newest.filter(pc.equal(newest.column(f"{CHANGE_COLUMN}_last"), "delete")).select(keys)
-        return self._typed(rows.filter(pc.invert(deleted)).join(gone, keys, join_type="left anti"))
+        keys, run = list(self.keys), rows.column(RUN_COLUMN)
+        first = rows.select(keys).filter(pc.equal(run, 1))
+        later = rows.filter(pc.and_(pc.not_equal(run, 1), pc.not_equal(run, self.run)))
+        if not later.num_rows:
+            return self._typed(first)
+        newest = later.sort_by(RUN_COLUMN).group_by(keys, use_threads=False).aggregate([(CHANGE_COLUMN, "last")])
+        kept = newest.filter(pc.not_equal(newest.column(f"{CHANGE_COLUMN}_last"), "delete")).select(keys)
+        # the anti-join builds on the later runs' keys: few
+        return self._typed(pa.concat_tables([first.join(newest.select(keys), keys, join_type="left anti"),
+                                             kept.cast(first.schema)]))
 
     def commit_to_files(self, query_id: str, writer: str, deleted: pa.Table) -> int:
         """Into a file output: the delete rows, committed once as batch 0 of ``<query_id>-deletes``; the rows
