@@ -202,7 +202,10 @@ def test_ten_runs_under_writers_end_equal_to_the_table(postgres15: PostgresServe
             t.join(timeout=30)
     tenth = _copy(postgres15, table_name, out)
     assert tenth.stdout.startswith("run 10 of an incremental copy"), tenth.stdout
-    assert _run_ids(out, 9), "the writers changed nothing between runs 8 and 9: the test proved nothing"
+    # a run may find the table's change counters as the last run left them (the writers' backends publish them
+    # about once a second) and read nothing, handing its instant on; eight runs under writers cannot all do so
+    wrote = [run for run in range(2, 10) if _run_ids(out, run)]
+    assert len(wrote) >= 2, f"only runs {wrote} of 2 to 9 read the writers' changes: the test proved little"
     assert _newest(out) == _truth(postgres15, table_name)
     _verify(postgres15, table_name, out)
 
