@@ -5,7 +5,8 @@ An upserts source (:attr:`splitsource.Changes.UPSERTS`) reads what changed, whic
 gone. So a run's first plan also asks its enumerator for every key the source holds at the run's instant
 (:meth:`splitsource.SplitEnumerator.keys`, PostgreSQL: a key-only scan in the run's snapshot) and keeps the keys the
 output holds that are not among them, in the checkpoint (``deleted-run<N>.parquet``), before the run's first batch
-is logged: a run killed and resumed applies the deletes found at its first plan. At the run's end they are applied
+is logged (none, without listing them, where the enumerator's count says so:
+:meth:`splitsource.SplitEnumerator.changed_keys`): a run killed and resumed applies the deletes found at its first plan. At the run's end they are applied
 with its changes, less any key the run itself read again (a resumed run reads at a newer instant, which may hold a
 key deleted before):
 
@@ -154,7 +155,7 @@ class RunDeletes:
     def _held_in_files(self, rows: pa.Table) -> pa.Table:
         """The keys the file ``rows`` of runs before this one hold, each once: the first run's (a full copy: every
         key once), less those a later run wrote again, and of these (few), each whose newest row is not a delete.
-        Compared as numbers (a change's text is compared on the later runs' rows alone)."""
+        The whole output is only filtered by its run numbers; its change column is read on the later runs' rows."""
         import pyarrow.compute as pc
 
         keys, run = list(self.keys), rows.column(RUN_COLUMN)
