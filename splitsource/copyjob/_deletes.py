@@ -6,9 +6,9 @@ gone. So a run's first plan also asks its enumerator for every key the source ho
 (:meth:`splitsource.SplitEnumerator.keys`, PostgreSQL: a key-only scan in the run's snapshot) and keeps the keys the
 output holds that are not among them, in the checkpoint (``deleted-run<N>.parquet``), before the run's first batch
 is logged (none, without listing them, where the enumerator's count says so:
-:meth:`splitsource.SplitEnumerator.changed_keys`): a run killed and resumed applies the deletes found at its first plan. At the run's end they are applied
-with its changes, less any key the run itself read again (a resumed run reads at a newer instant, which may hold a
-key deleted before):
+:meth:`splitsource.SplitEnumerator.changed_keys`): a run killed and resumed applies the deletes found at its first
+plan. At the run's end they are applied with its changes, less any key the run itself read again (a resumed run
+reads at a newer instant, which may hold a key deleted before):
 
 - into a Delta or Iceberg table, in the run's one table commit (:func:`splitsource.sink._tables.publish`);
 - into files, as rows of their own (the key, nulls, the run, ``delete``) in one more commit of the sink, batch 0
