@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -113,12 +114,16 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
 
     def changed_keys(self) -> tuple[int, Iterator[pa.RecordBatch]] | None:
         """The table's rows counted, and the keys of the row versions the last run's snapshot could not see, in the
-        run's snapshot: two scans with nothing sent but the changed keys, where :meth:`keys` sends every key."""
+        run's snapshot: two scans with nothing sent but the changed keys, where :meth:`keys` sends every key. They
+        run at once, on two sessions (the count in a thread: the driver lets go of the GIL while it waits)."""
         since = self._since_xmin()
         if since is None:
             return None
         options, table = self._in_plan(), self.table
-        return count_rows(options, table), read_keys(options, dataclasses.replace(table, columns=table.key), since)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            count = pool.submit(count_rows, options, table)
+            changed = list(read_keys(options, dataclasses.replace(table, columns=table.key), since))
+            return count.result(), iter(changed)
 
     def _in_plan(self) -> PostgresOptions:
         """The options of a connection that reads in the run's snapshot."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,8 +83,10 @@ class RunDeletes:
         if found is None:
             return
         keys = list(self.keys)
-        held, _ = self._output()
-        counted = enumerator.changed_keys()
+        with ThreadPoolExecutor(max_workers=1) as pool:  # the output's files read while the source counts
+            output = pool.submit(self._output)
+            counted = enumerator.changed_keys()
+            held, _ = output.result()
         if counted is not None and self._none_gone(held, *counted):
             deleted = self.key_schema.empty_table()
         else:
