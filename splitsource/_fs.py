@@ -37,7 +37,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 import pyarrow as pa
@@ -45,7 +45,9 @@ import pyarrow.fs as pafs
 
 from splitsource._errors import OptionsError
 from splitsource._names import TEMPORARY
-from splitsource._s3 import for_filesystem, uploads_for
+
+if TYPE_CHECKING:
+    from splitsource._s3 import ConditionalCreate, MultipartUploads
 
 __all__ = [
     "SYNC_POINTS",
@@ -211,10 +213,15 @@ class Store:
     def __init__(self, fs: pafs.FileSystem) -> None:
         self.fs = fs
         self.local = isinstance(fs, pafs.LocalFileSystem)
-        # S3: creates with If-None-Match (splitsource._s3), whose enforcement a copy probes at start
-        self.conditional = None if self.local else for_filesystem(fs)
-        # S3: the incomplete multipart uploads a killed writer leaves, which a sweep aborts
-        self.uploads = None if self.local else uploads_for(fs)
+        self.conditional: ConditionalCreate | None = None
+        self.uploads: MultipartUploads | None = None
+        if not self.local:  # imported here: files on this machine never need it (about 6 ms of every process)
+            from splitsource._s3 import for_filesystem, uploads_for
+
+            # S3: creates with If-None-Match (splitsource._s3), whose enforcement a copy probes at start
+            self.conditional = for_filesystem(fs)
+            # S3: the incomplete multipart uploads a killed writer leaves, which a sweep aborts
+            self.uploads = uploads_for(fs)
         if self.local:
             self.capabilities = LOCAL
         elif fs.type_name in ("hdfs",):
