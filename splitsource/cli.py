@@ -290,6 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     quiet_logging()
     signal.signal(signal.SIGTERM, on_sigterm)
+    # numpy's OpenBLAS would start a thread per core at import, spinning for about 0.05 s of CPU beside the copy's
+    # workers in a process that does no linear algebra (set before pyarrow imports numpy; a user's setting wins)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if args.command == "copy" and args.engine == "local":
         # the first worker starts now (its imports beside this process's), and the local engine takes it
         start_early()
