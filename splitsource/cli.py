@@ -8,10 +8,12 @@ options, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM). Errors are one line
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -26,7 +28,7 @@ from splitsource.copyjob._worker import end_early, start_early
 # checks the two agree)
 TABLE_FORMAT_NAMES = ("none", "delta", "iceberg")
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
@@ -353,5 +355,20 @@ def _failure(exc: BaseException) -> tuple[int, str]:
     return EXIT_FAILED, f"unexpected {type(exc).__name__}: {exc} (SPLITSOURCE_DEBUG=1 shows where)"
 
 
+def run() -> NoReturn:
+    """The ``splitsource`` command: :func:`main` in a process of its own, which ends as an exit would (other threads
+    joined, the exit handlers run, the output flushed) but without the interpreter's teardown of every module
+    (pyarrow's, numpy's, the drivers'): about 35 ms at the end of each command, a tenth of a 1-row copy. Every file
+    a command writes is synced before it returns; nothing is left to a finalizer."""
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

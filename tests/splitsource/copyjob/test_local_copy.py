@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,37 @@ def test_the_command_line_starts_the_first_worker_early_and_ends_it_if_no_engine
     assert cli.main(["copy", "--connector", "generator", "-o", "plan_location=x", "--output", str(tmp_path / "other"),
                      "--engine", "local"]) == 2  # refused before an engine is made
     assert len(started) == 1 and started[0].returncode is not None, "the early worker outlived a failed copy"
+
+
+@pytest.mark.parametrize(("rows", "code"), [("1000", 0), ("x", 2)], ids=["copied", "refused"])
+def test_the_command_ends_as_an_exit_does_without_the_interpreters_teardown(tmp_path: Path, rows: str,
+                                                                           code: int) -> None:
+    """``splitsource`` (:func:`splitsource.cli.run`) skips the teardown of the modules, not what an exit does: a
+    thread still working when the command returns is joined, the exit handlers run, what was printed is flushed,
+    and the exit code is the command's."""
+    script = (
+        "import atexit, sys, threading, time\n"
+        "from splitsource import cli\n"
+        "returned, command = threading.Event(), cli.main\n"
+        "def main(argv=None):\n"
+        "    try:\n"
+        "        return command(argv)\n"
+        "    finally:\n"
+        "        returned.set()\n"
+        "cli.main = main\n"
+        "def outlasts():\n"
+        "    returned.wait()\n"
+        "    time.sleep(0.3)  # still working when run() would end the process\n"
+        "    print('thread done')\n"
+        "threading.Thread(target=outlasts).start()\n"
+        "atexit.register(lambda: print('exit handler ran'))\n"
+        f"sys.argv = ['splitsource', 'copy', '--connector', 'generator', '-o', 'rows={rows}', '--output', "
+        f"{str(tmp_path / 'out')!r}, '--engine', 'local', '--quiet']\n"
+        "cli.run()\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == code, result.stderr
+    assert result.stdout.splitlines()[-2:] == ["thread done", "exit handler ran"], result.stdout
+    assert (generated_ids(tmp_path / "out") == list(range(1000))) if code == 0 else not (tmp_path / "out").exists()
 
 
 def test_a_checkpoint_cut_with_other_split_sizes_is_refused(tmp_path: Path) -> None:
