@@ -67,7 +67,7 @@ class _Workers:
 
         self._count = count
         self._procs = take_early()[:count]
-        self._log: dict[str, str | None] | None = None
+        self._first: dict[str, str | None] | None = None  # every worker's first frame, once known
         self._start(1)
 
     def _start(self, wanted: int) -> None:
@@ -75,17 +75,18 @@ class _Workers:
 
         while len(self._procs) < min(wanted, self._count):
             self._procs.append(start())
-            if self._log is not None:
+            if self._first is not None:
                 self._greet(self._procs[-1])
 
     def __len__(self) -> int:
         """How many processes the pool may run: the copy's parallelism."""
         return self._count
 
-    def log_to(self, path: str | None) -> None:
+    def greet(self, log: str | None, connector: str) -> None:
         """Every worker's first frame, now or when it starts: the file it appends what it prints to from now on
-        (None: nowhere)."""
-        self._log = {"log": path}
+        (None: nowhere), and the connector its tasks read with, which it loads at once (its modules, the installed
+        connectors' names), while the coordinator plans the first batch."""
+        self._first = {"log": log, "connector": connector}
         for proc in self._procs:
             self._greet(proc)
 
@@ -94,7 +95,7 @@ class _Workers:
 
         assert proc.stdin is not None
         try:
-            write_frame(proc.stdin, self._log)
+            write_frame(proc.stdin, self._first)
         except OSError:
             pass  # a worker already dead: its task's request finds it so, and says how it ended
 
@@ -199,7 +200,7 @@ MAX_WORKERS = 256  # local engine processes: more than any machine this runs on 
 def _run_copy(run: CopyRun, pool: _Workers) -> EngineResult:
     place = run.checkpoint.child(LOCAL_DIR)
     place.store.make_dirs(place.path)
-    pool.log_to(f"{place.path}/{WORKERS_LOG}" if place.store.local else None)
+    pool.greet(f"{place.path}/{WORKERS_LOG}" if place.store.local else None, run.read.framework.connector)
     try:
         return run_batches(run, pool, LOCAL_DIR, parallelism=len(pool))
     except LocalCopyFailed as exc:
