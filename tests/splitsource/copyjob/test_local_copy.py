@@ -210,11 +210,15 @@ def test_the_command_line_starts_the_first_worker_early_and_ends_it_if_no_engine
 def test_the_command_ends_as_an_exit_does_without_the_interpreters_teardown(tmp_path: Path, rows: str,
                                                                            code: int) -> None:
     """``splitsource`` (:func:`splitsource.cli.run`) skips the teardown of the modules, not what an exit does: a
-    thread still working when the command returns is joined, the exit handlers run, what was printed is flushed,
-    and the exit code is the command's."""
+    thread still working when the command returns is joined, an idle pool's thread is ended (as pyiceberg's are,
+    after an Iceberg commit), the exit handlers run, what was printed is flushed, and the exit code is the
+    command's."""
     script = (
         "import atexit, sys, threading, time\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
         "from splitsource import cli\n"
+        "idle = ThreadPoolExecutor(1)\n"
+        "idle.submit(int).result()  # its thread waits for more work, never shut down\n"
         "returned, command = threading.Event(), cli.main\n"
         "def main(argv=None):\n"
         "    try:\n"
