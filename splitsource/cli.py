@@ -22,7 +22,7 @@ from typing import NoReturn
 from splitsource._errors import OptionsError, SplitSourceError
 from splitsource._logs import quiet_logging
 from splitsource.copyjob._signals import Terminated, on_sigterm
-from splitsource.copyjob._worker import end_early, start_early
+from splitsource.copyjob._worker import ONE_BLAS_THREAD, end_early, start_early
 
 # splitsource.sink._tables.TABLE_FORMATS' names (the command imports no pyarrow to parse its arguments; a test
 # checks the two agree)
@@ -292,9 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     quiet_logging()
     signal.signal(signal.SIGTERM, on_sigterm)
-    # numpy's OpenBLAS would start a thread per core at import, spinning for about 0.05 s of CPU beside the copy's
-    # workers in a process that does no linear algebra (set before pyarrow imports numpy; a user's setting wins)
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault(*ONE_BLAS_THREAD)  # before pyarrow imports numpy
     if args.command == "copy" and args.engine == "local":
         # the first worker starts now (its imports beside this process's), and the local engine takes it
         start_early()

@@ -25,18 +25,21 @@ import sys
 import traceback
 from typing import IO, Any
 
-__all__ = ["end_early", "read_frame", "start", "start_early", "take_early", "write_frame"]
+__all__ = ["ONE_BLAS_THREAD", "end_early", "read_frame", "start", "start_early", "take_early", "write_frame"]
 
 _LENGTH = struct.Struct(">Q")
+
+# numpy's OpenBLAS starts a thread per core at import, which spin for 0.05-0.15 s of CPU in a process that does no
+# linear algebra and runs beside one worker per core: the command's process and every worker set it (a user's own
+# setting wins)
+ONE_BLAS_THREAD = ("OPENBLAS_NUM_THREADS", "1")
 
 
 def start() -> subprocess.Popen[bytes]:
     """A new worker process, its stdin and stdout the frames' pipes; what it prints before its first frame (a
     broken install's traceback) goes to this process's stderr."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # Arrow's pool: the tasks choose it (run_task)
-    # numpy's OpenBLAS starts a thread per core at import, which spin for 0.15 s of CPU in a process that does no
-    # linear algebra and already runs beside one worker per core (a user's own setting wins)
-    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    env.setdefault(*ONE_BLAS_THREAD)
     return subprocess.Popen([sys.executable, "-m", "splitsource.copyjob._worker"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, env=env)
 
