@@ -147,25 +147,35 @@ class RunDeletes:
                      if r.kind == "stream" and r.write_id == query_id for f in r.files] if query_id else []
             return self._held, self._typed(self._file_rows(paths, list(self.key_schema)))
         files = committer.finished_files()
-        rows = self._file_rows([f for f in files if f not in self._seen], [*self.key_schema, *CHANGE_FIELDS])
+        # a file of the first run's rows alone (most of the output: a full copy) is read for its keys, without
+        # the change column (a string per row), and never filtered
+        first, rest = [], []
+        for path in (f for f in files if f not in self._seen):
+            rows = self._file_rows([path], [*self.key_schema, CHANGE_FIELDS[0]])
+            if pc.all(pc.equal(rows.column(RUN_COLUMN), 1)).as_py() is not False:
+                first.append(self._typed(rows))
+            else:
+                rest.append(path)
+        rows = self._file_rows(rest, [*self.key_schema, *CHANGE_FIELDS])
         self._seen.update(files)
         mine = rows.filter(pc.equal(rows.column(RUN_COLUMN), self.run))  # few: a run's changes
         read = self._typed(mine.filter(pc.not_equal(mine.column(CHANGE_COLUMN), "delete")))
         if self._held is None:
-            self._held = self._held_in_files(rows)
+            self._held = self._held_in_files(first, rows)
         return self._held, read
 
-    def _held_in_files(self, rows: pa.Table) -> pa.Table:
-        """The keys the file ``rows`` of runs before this one hold, each once: the first run's (a full copy: every
-        key once), less those a later run wrote again, and of these (few), each whose newest row is not a delete.
-        The whole output is only filtered by its run numbers; its change column is read on the later runs' rows."""
+    def _held_in_files(self, first_run: list[pa.Table], rows: pa.Table) -> pa.Table:
+        """The keys the output's files of runs before this one hold, each once: the first run's (a full copy: every
+        key once; ``first_run``, files of its rows alone, and those among ``rows``, the rest of the files' rows),
+        less those a later run wrote again, and of these (few), each whose newest row is not a delete. The change
+        column is read on the later runs' rows only."""
         import pyarrow.compute as pc
 
         keys, run = list(self.keys), rows.column(RUN_COLUMN)
-        first = rows.select(keys).filter(pc.equal(run, 1))
+        first = pa.concat_tables([*first_run, self._typed(rows.filter(pc.equal(run, 1)))])
         later = rows.filter(pc.and_(pc.not_equal(run, 1), pc.not_equal(run, self.run)))
         if not later.num_rows:
-            return self._typed(first)
+            return first
         newest = later.sort_by(RUN_COLUMN).group_by(keys, use_threads=False).aggregate([(CHANGE_COLUMN, "last")])
         kept = newest.filter(pc.not_equal(newest.column(f"{CHANGE_COLUMN}_last"), "delete")).select(keys)
         # the anti-join builds on the later runs' keys: few

@@ -66,3 +66,25 @@ def test_deletes_are_listed_only_when_the_count_says_a_key_is_gone(tmp_path: Pat
     changes = deletes.applied("run-2")
     assert changes is not None
     assert changes.deleted.column("id").to_pylist() == deleted
+
+
+def test_the_keys_held_are_the_first_runs_less_later_deletes_with_later_inserts(tmp_path: Path) -> None:
+    """Run 3 over files of run 1 (keys 1 to 10, read without their change column), run 2's upsert of key 11 and
+    its delete of key 5 (files of their own): the output holds 1 to 4 and 6 to 11. A source that holds those, with
+    11 changed since, has none gone, and its count says so without a listing; one that lost 11 has 11 gone."""
+    for source, listed, deleted in (([*range(1, 5), *range(6, 12)], False, []), ([*range(1, 5), *range(6, 11)],
+                                                                                  True, [11])):
+        case = tmp_path / str(listed)
+        case.mkdir()
+        deletes = _deletes(case)
+        for name, key, change in (("part-1.parquet", 11, "upsert"), ("part-2.parquet", 5, "delete")):
+            pq.write_table(pa.table({"id": pa.array([key], pa.int64()), "name": pa.array([None], pa.string()),
+                                     RUN_COLUMN: pa.array([2], pa.int64()), CHANGE_COLUMN: [change]}),
+                           case / "out" / name)
+        deletes = RunDeletes(3, ["id"], SCHEMA, deletes.committer, deletes.sink, locate(str(case / "checkpoint")))
+        enumerator = Counting(source, [11] if 11 in source else [])
+        deletes.find(cast(SplitEnumerator[Any, Any], enumerator))
+        assert enumerator.listed is listed
+        changes = deletes.applied("run-3")
+        assert changes is not None
+        assert changes.deleted.column("id").to_pylist() == deleted
