@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -24,7 +23,7 @@ from connectors.postgres._catalog import (
 )
 from connectors.postgres._options import PostgresOptions, conninfo
 from connectors.postgres._plan import BLOCK, Plan
-from connectors.postgres._reader import ROWS_PER_BLOCK, count_rows, page, read_keys, session
+from connectors.postgres._reader import ROWS_PER_BLOCK, count_changed, page, read_keys, session
 from connectors.postgres._session import Connection, connect, errors_in_one_line, transient
 from splitsource import Changes, KeyRange, KeyRangeSource, OptionsError, Predicate
 
@@ -114,16 +113,12 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
 
     def changed_keys(self) -> tuple[int, Iterator[pa.RecordBatch]] | None:
         """The table's rows counted, and the keys of the row versions the last run's snapshot could not see, in the
-        run's snapshot: two scans with nothing sent but the changed keys, where :meth:`keys` sends every key. They
-        run at once, on two sessions (the count in a thread: the driver lets go of the GIL while it waits)."""
+        run's snapshot: one scan with nothing sent but the changed keys, where :meth:`keys` sends every key."""
         since = self._since_xmin()
         if since is None:
             return None
-        options, table = self._in_plan(), self.table
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            count = pool.submit(count_rows, options, table)
-            changed = list(read_keys(options, dataclasses.replace(table, columns=table.key), since))
-            return count.result(), iter(changed)
+        count, changed = count_changed(self._in_plan(), dataclasses.replace(self.table, columns=self.table.key), since)
+        return count, iter(changed)
 
     def _in_plan(self) -> PostgresOptions:
         """The options of a connection that reads in the run's snapshot."""
