@@ -147,15 +147,19 @@ class RunDeletes:
                      if r.kind == "stream" and r.write_id == query_id for f in r.files] if query_id else []
             return self._held, self._typed(self._file_rows(paths, list(self.key_schema)))
         files = committer.finished_files()
-        # a file of the first run's rows alone (most of the output: a full copy) is read for its keys, without
-        # the change column (a string per row), and never filtered
-        first, rest = [], []
-        for path in (f for f in files if f not in self._seen):
-            rows = self._file_rows([path], [*self.key_schema, CHANGE_FIELDS[0]])
-            if pc.all(pc.equal(rows.column(RUN_COLUMN), 1)).as_py() is not False:
-                first.append(self._typed(rows))
-            else:
-                rest.append(path)
+        new = [f for f in files if f not in self._seen]
+        first: list[pa.Table] = []
+        rest = new
+        if self._held is None:
+            # the output read whole: a file of the first run's rows alone (most of it: a full copy) gives its key
+            # columns, without the change column (a string per row), and is never filtered
+            rest = []
+            for path in new:
+                rows = self._file_rows([path], [*self.key_schema, CHANGE_FIELDS[0]])
+                if pc.all(pc.equal(rows.column(RUN_COLUMN), 1)).as_py() is not False:
+                    first.append(self._typed(rows))
+                else:
+                    rest.append(path)
         rows = self._file_rows(rest, [*self.key_schema, *CHANGE_FIELDS])
         self._seen.update(files)
         mine = rows.filter(pc.equal(rows.column(RUN_COLUMN), self.run))  # few: a run's changes
