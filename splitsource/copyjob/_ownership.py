@@ -518,8 +518,9 @@ class CopyLock:
             return _Torn(0.0 if info is None or info.mtime is None else info.mtime)
 
     def _read_settled(self, fs: Store, path: str) -> Holder | _Torn | None:
-        """The lock at ``path``, read again while it is young and unreadable: a copy creating it now (an exclusive
-        create, then its bytes; or an object store that lists an object before its body) is whole a moment later."""
+        """The lock at ``path``, read again while it is young and unreadable: a copy creating or renewing it now (an
+        exclusive create, then its bytes; or an object store that lists an object before its body, or shows a body
+        cut short while it is overwritten) is whole a moment later."""
         found = self._read(fs, path)
         deadline = time.monotonic() + TORN_SETTLE_S
         while (isinstance(found, _Torn) and time.time() - found.mtime < self._holder.lease_s
@@ -559,7 +560,9 @@ class CopyLock:
             for what, fs, path in list(self._held):
                 try:
                     if not self._renew(fs, path, holder):
-                        self._lost = self._lost or self._loss(what, self._read(fs, path))
+                        found = self._read_settled(fs, path)  # a read torn by the store is not another copy's lock
+                        if not (isinstance(found, Holder) and found.lease == holder.lease):
+                            self._lost = self._lost or self._loss(what, found)
                 except OSError:
                     continue  # the store failed this renewal: the next one tries again
             self._holder = holder
@@ -600,7 +603,7 @@ class CopyLock:
         """The fence: raise :class:`LeaseLostError` if another copy holds any of the places now."""
         for what, fs, path in self._held:
             if self._lost is None:
-                found = self._read(fs, path)
+                found = self._read_settled(fs, path)
                 if not (isinstance(found, Holder) and found.lease == self._holder.lease):
                     self._lost = self._loss(what, found)
         if self._lost is not None:

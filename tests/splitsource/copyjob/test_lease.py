@@ -344,3 +344,43 @@ def test_a_lock_read_while_its_holder_writes_it_is_read_again_not_taken_for_torn
             pass
     assert reads[0] == b"" and len(reads) == 2, reads  # the torn read happened, and was read again
     assert json.loads(lock.read_text())["host"] == "holder-pod"  # the holder's lock is left alone
+
+
+@pytest.mark.parametrize("path", ["fence", "renewal"])
+def test_the_holders_own_lock_read_torn_once_is_read_again_not_taken_for_a_takeover(tmp_path: Path, path: str) -> None:
+    """A store that shows a lock cut short while it is overwritten (SeaweedFS did, under the renewal's PUT) gives
+    the holder's fence, or its renewal, one unreadable read of its own lock: it reads it again and holds on, where
+    it used to stop the copy as "taken over by another copy" (found by CI: an S3 kill storm's last run)."""
+    from splitsource._fs import Store, locate
+    from splitsource.copyjob._ownership import CopyLock
+
+    place = locate(str(tmp_path / "out.bucketing"))
+    (tmp_path / "out.bucketing").mkdir()
+    torn: list[bytes] = []  # the torn reads given, once armed
+    after: list[bytes] = []  # the lock's reads after the torn one
+
+    class CutShort(Store):
+        armed = False
+
+        def read_bytes(self, path: str) -> bytes:
+            data = super().read_bytes(path)
+            if torn and path.endswith("lock.json"):
+                after.append(data)
+            if CutShort.armed and path.endswith("lock.json"):
+                CutShort.armed = False
+                torn.append(data[: len(data) // 2])
+                return torn[-1]
+            return data
+
+    lease_s = 0.4 if path == "renewal" else LEASE_S  # the renewal every lease_s / 4
+    with CopyLock([("output out", dataclasses.replace(place, store=CutShort(pafs.LocalFileSystem())))],
+                  command="the copy", lease_s=lease_s) as lock:
+        CutShort.armed = True
+        if path == "fence":
+            lock.check()
+        else:
+            deadline = time.monotonic() + 30
+            while len(after) < 2 and time.monotonic() < deadline:  # read again, then the next renewal's read:
+                time.sleep(0.02)  # the torn one's renewal has ended
+        assert torn and not torn[0].endswith(b"}"), torn  # the torn read happened
+        lock.check()  # still the holder
