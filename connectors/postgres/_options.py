@@ -50,6 +50,13 @@ class PostgresOptions:
                                    "open); empty: a copy exports its own, once, for all its readers", parse=str.strip)
     described: str = option("", doc="the table as a copy's planner described it (JSON), which the copy hands its "
                                     "readers; empty: each process asks the catalog", parse=str.strip)
+    tids: str = option("", doc="the places (a tid[] literal) of the rows an incremental run reads, as a copy's "
+                               "planner found them in the snapshot it hands its readers; empty: each range is "
+                               "scanned for them", parse=str.strip)
+    tid_rows: int = option(100_000, doc="an incremental run that finds at most this many changed rows reads them by "
+                                        "their places (ctid, in one range) instead of scanning key ranges for them, "
+                                        "its readers handed the list (about 14 bytes a row); 0: always scan",
+                           minimum=0)
     connect_timeout_s: int = option(10, doc="seconds to wait for a connection", minimum=1)
 
     def __post_init__(self) -> None:

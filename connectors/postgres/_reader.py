@@ -20,8 +20,8 @@ from connectors.postgres._plan import BLOCK, END, LAST_OFFSET, key_row
 from connectors.postgres._session import Connection, connect, one_line
 from splitsource import KeyRange, SplitReadError, ValueRangeError
 
-__all__ = ["ROWS_PER_BLOCK", "changed_since", "count_changed", "key_condition", "page", "read_keys", "session",
-           "snapshot_gone"]
+__all__ = ["ROWS_PER_BLOCK", "Changed", "changed_since", "count_changed", "key_condition", "page", "read_keys",
+           "session", "snapshot_gone"]
 
 ROWS_PER_BLOCK = 291  # the most row versions an 8 KiB heap block holds (MaxHeapTuplesPerPage)
 
@@ -56,6 +56,12 @@ def session(options: PostgresOptions, table: Table, by_blocks: bool,
         connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         if options.snapshot:
             connection.execute(f"SET TRANSACTION SNAPSHOT {literal(options.snapshot)}")
+            if options.tids:
+                # the planner takes a TID scan for a random read a page each: for 50,000 places on a 5M-row table
+                # it chose a parallel scan of the whole table (0.65 s, where the TID scan took 0.06 s) or, for a
+                # small page, a walk of the key's index; neither is needed where every row is fetched by its place
+                connection.query("SELECT " + ", ".join(f"set_config('enable_{scan}', 'off', true)"
+                                                       for scan in ("seqscan", "indexscan", "bitmapscan")))
         return connection, options
     except Exception as exc:
         connection.close()
@@ -66,14 +72,16 @@ def session(options: PostgresOptions, table: Table, by_blocks: bool,
                 f"the copy's snapshot {options.snapshot} is gone ({one_line(exc)}): block-range splits cannot go on "
                 "at another instant; run the copy again (it resumes, and refuses if the table changed)") from None
         lost(f"the run's snapshot is gone ({one_line(exc)}): this reader goes on at a new one")
-        return session(dataclasses.replace(options, snapshot=""), table, by_blocks, lost)
+        # the places of the changed rows were the snapshot's: at a new instant, the range is scanned for them
+        return session(dataclasses.replace(options, snapshot="", tids=""), table, by_blocks, lost)
 
 
 def page(connection: Connection, options: PostgresOptions, table: Table, split: KeyRange, limit: int,
          since: int | None, by_blocks: bool) -> tuple[pa.RecordBatch, object, bool]:
     """One page of ``split``: its rows as the table's Arrow schema, the key the next page reads after, and whether
     the range is done. ``since`` (an incremental run's): only the row versions the last run's snapshot, whose xmin
-    that is, could not see (:func:`changed_since`)."""
+    that is, could not see (:func:`changed_since`); where the plan found their places (option ``tids``), a key
+    range reads those alone (a TID scan) instead of walking the key's index over every row of the range."""
     conditions = [f"({options.where})"] if options.where else []
     relation = table.qualified
     extra = []
@@ -100,6 +108,8 @@ def page(connection: Connection, options: PostgresOptions, table: Table, split: 
         extra = [f"{ident(c.name)}::text AS {name}" for c, name in zip(table.key, table.key_names, strict=True)
                  if name.startswith("__k")]
         conditions += key_condition(table, split)
+        if options.tids and options.snapshot:  # an incremental run's changed rows, by their places in its snapshot
+            conditions.append(f"ctid = ANY({literal(options.tids)}::tid[])")
         # qualified: a column read as text has an output column of its name, which would sort as text
         order = f" ORDER BY {', '.join(f'{relation}.{ident(c.name)}' for c in table.key)} LIMIT {limit}"
     if since is not None:
@@ -141,38 +151,60 @@ def read_keys(options: PostgresOptions, table: Table) -> Iterator[pa.RecordBatch
         connection.close()
 
 
-def count_changed(options: PostgresOptions, table: Table, since: int) -> tuple[int, list[pa.RecordBatch]]:
+@dataclasses.dataclass(frozen=True)
+class Changed:
+    """What an incremental run's scan (:func:`count_changed`) found in its snapshot: how many rows the table holds,
+    the keys of the row versions changed since the last run (``keys``: batches of the key columns), and those row
+    versions' places, as a ``tid[]`` literal (``tids``; empty for a table of several relations, whose places repeat
+    from one to the next, and for more rows than the scan was asked to place)."""
+
+    count: int
+    keys: list[pa.RecordBatch]
+    tids: str
+
+
+def count_changed(options: PostgresOptions, table: Table, since: int, places: int) -> Changed:
     """How many rows ``table`` (a table of its key columns alone) holds, and the keys of the row versions that a
-    snapshot whose xmin was ``since`` could not see (:func:`changed_since`), inside the run's snapshot (``options``
-    has it): one scan that counts every row and gathers the changed keys into arrays, nothing sent but those. It
-    reads runs of blocks (:func:`_block_runs`), half of them on each of two sessions at once; the server's parallel
-    ``count(*)`` beside a second scan for the keys took 0.5 s more of CPU on a 5M-row table."""
+    snapshot whose xmin was ``since`` could not see (:func:`changed_since`), with their places where they are at
+    most ``places``, inside the run's snapshot (``options`` has it): one scan that counts every row and gathers the
+    changed keys into arrays, nothing sent but those. It reads runs of blocks (:func:`_block_runs`), half of them
+    on each of two sessions at once; the server's parallel ``count(*)`` beside a second scan for the keys took
+    0.5 s more of CPU on a 5M-row table."""
     with connect(options, table.lc_monetary) as connection:
         _in_snapshot(connection, options)
         runs = _block_runs(connection, table)
+    places = places if len(table.relations) == 1 else 0
 
-    def read(part: list[tuple[str, str]]) -> tuple[int, list[pa.RecordBatch]]:
-        total, found = 0, []
+    def read(part: list[tuple[str, str]]) -> tuple[int, list[pa.RecordBatch], list[str | None]]:
+        total, found, tids = 0, [], []
         with connect(options, table.lc_monetary) as connection:
             _in_snapshot(connection, options)
             for relation, blocks in part:
                 changed = changed_since(relation, since)
-                keys = ", ".join(f"array_agg({c.select}) FILTER (WHERE {changed})" for c in table.columns)
+                keys = [f"array_agg({c.select}) FILTER (WHERE {changed})" for c in table.columns]
                 where = " AND ".join(([f"({options.where})"] if options.where else []) + ([blocks] if blocks else []))
-                row = connection.query(f"SELECT count(*), {keys} FROM {relation}"
-                                       + (f" WHERE {where}" if where else ""))
+                row = connection.query(
+                    f"SELECT count(*), {', '.join(keys)}"
+                    + (f", CASE WHEN count(*) FILTER (WHERE {changed}) <= {places} "  # no list is sent past it
+                       f"THEN (array_agg(ctid) FILTER (WHERE {changed}))::text END" if places else "")
+                    + f" FROM {relation}" + (f" WHERE {where}" if where else ""))
                 total += row.column(0)[0].as_py()
                 if not row.column(1).null_count:  # the aggregate of no row is NULL
-                    page = pa.RecordBatch.from_arrays([row.column(i + 1).flatten() for i in range(row.num_columns - 1)],
+                    page = pa.RecordBatch.from_arrays([row.column(i + 1).flatten() for i in range(len(keys))],
                                                       names=[c.name for c in table.columns])
                     found.append(pa.RecordBatch.from_arrays(_arrays(table, page), schema=table.schema))
-        return total, found
+                    if places:  # {"(0,1)",...}: its items
+                        tids.append(None if (text := row.column(len(keys) + 1)[0].as_py()) is None else text[1:-1])
+        return total, found, tids
 
     from concurrent.futures import ThreadPoolExecutor  # here: a reader's process never needs it (15 ms to import)
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # the driver lets go of the GIL while it waits
         parts = list(pool.map(read, (runs[0::2], runs[1::2])))
-    return sum(total for total, _ in parts), [batch for _, found in parts for batch in found]
+    found = [batch for _, batches, _ in parts for batch in batches]
+    tids = [tid for _, _, texts in parts for tid in texts]
+    placed = places and None not in tids and sum(batch.num_rows for batch in found) <= places
+    return Changed(sum(total for total, _, _ in parts), found, "{" + ",".join(map(str, tids)) + "}" if placed else "")
 
 
 RUN_BLOCKS = 32768  # 256 MiB: a run of blocks :func:`count_changed` reads in one query, at most

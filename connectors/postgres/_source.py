@@ -23,7 +23,7 @@ from connectors.postgres._catalog import (
 )
 from connectors.postgres._options import PostgresOptions, conninfo
 from connectors.postgres._plan import BLOCK, Plan
-from connectors.postgres._reader import ROWS_PER_BLOCK, count_changed, page, read_keys, session
+from connectors.postgres._reader import ROWS_PER_BLOCK, Changed, count_changed, page, read_keys, session
 from connectors.postgres._session import Connection, connect, errors_in_one_line, transient
 from splitsource import Changes, KeyRange, KeyRangeSource, OptionsError, Predicate
 
@@ -43,6 +43,7 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
     name = "postgres"
     options_class = PostgresOptions
     _plan: Plan | None = None
+    _changes: Changed | None = None  # the plan's scan for the changed rows, once made
     _keys_read = False  # keys() was asked for: this run finds the deletes
 
     @functools.cached_property
@@ -72,7 +73,7 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
         if self.by_blocks and table.server_version < 140000:
             raise OptionsError(f"connector 'postgres': {table.label} has no usable key, and block ranges need "
                                "PostgreSQL 14 or later (TID range scans)")
-        self._plan = Plan(self.options, table, self._since_xmin(), self.since)
+        self._plan, self._changes = Plan(self.options, table, self._since_xmin(), self.since), None
 
     def stop(self) -> None:
         """Ends the plan's session (its snapshot can be imported no more); what it found stays (the instant)."""
@@ -86,9 +87,9 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
 
     def reader_options(self) -> dict[str, str]:
         """The run's snapshot, the table as described and how it is split, for every reader of this run."""
-        snapshot = self._started().snapshot
+        snapshot, tids = self._started().snapshot, self._tids()
         return {"described": self.table.catalog, "split_by": "blocks" if self.by_blocks else "key"} | (
-            {"snapshot": snapshot} if snapshot else {})
+            {"snapshot": snapshot} if snapshot else {}) | ({"tids": tids} if tids else {})
 
     def instant(self) -> dict[str, Any]:
         """The run's snapshot: the oldest transaction it saw running, and the first it did not see (64-bit); and
@@ -114,18 +115,36 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
     def changed_keys(self) -> tuple[int, Iterator[pa.RecordBatch]] | None:
         """The table's rows counted, and the keys of the row versions the last run's snapshot could not see, in the
         run's snapshot: one scan with nothing sent but the changed keys, where :meth:`keys` sends every key."""
+        changes = self._changed()
+        return None if changes is None else (changes.count, iter(changes.keys))
+
+    def _changed(self) -> Changed | None:
+        """An incremental run's scan for the changed rows (:func:`count_changed`), made once per plan: for the
+        deletes (:meth:`changed_keys`) and for the readers (:meth:`_tids`)."""
         since = self._since_xmin()
-        if since is None:
+        if since is None or not self.table.key:
             return None
-        count, changed = count_changed(self._in_plan(), dataclasses.replace(self.table, columns=self.table.key), since)
-        return count, iter(changed)
+        if self._changes is None:
+            self._changes = count_changed(self._in_plan(), dataclasses.replace(self.table, columns=self.table.key),
+                                          since, self.options.tid_rows)
+        return self._changes
+
+    def _tids(self) -> str:
+        """The places of an incremental run's changed rows, where its readers read those alone: key ranges of one
+        relation, up to ``tid_rows`` rows; else "" (each range is scanned for them, through the key's index)."""
+        if self.by_blocks or self.since is None or not self.options.tid_rows or not self._started().changed:
+            return ""
+        changes = self._changed()
+        return changes.tids if changes is not None else ""
 
     def _in_plan(self) -> PostgresOptions:
         """The options of a connection that reads in the run's snapshot."""
         return dataclasses.replace(self.options, snapshot=self._started().snapshot or self.options.snapshot)
 
     def boundaries(self) -> Iterator[tuple[Any, int]]:
-        return self._started().boundaries(self.by_blocks)
+        """One range where the readers read the changed rows by their places (a TID scan of a few rows, which one
+        reader does sooner than two processes start); else ranges of about ``split_size_mb``."""
+        return iter(()) if self._tids() else self._started().boundaries(self.by_blocks)
 
     def before(self, a: Any, b: Any) -> bool:
         """Block keys in Python's order; a key's text in the server's order of the key (its collations)."""

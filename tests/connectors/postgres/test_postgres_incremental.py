@@ -221,7 +221,9 @@ def test_a_kill_storm_inside_an_incremental_run_ends_exact(postgres15: PostgresS
     make_events(postgres15, table_name, 40_000)
     out = tmp_path / "out"
     split_mb = "0.06" if engine == "local" else "0.15"  # a Spark job a batch: fewer of them
-    args = ["copy", *cli_options(postgres15, table_name, split_size_mb=split_mb, page_rows="500"), "--output", str(out),
+    # scanned for the changed rows (tid_rows=0), in key ranges: a run of one range by their places has one batch
+    args = ["copy", *cli_options(postgres15, table_name, split_size_mb=split_mb, page_rows="500", tid_rows="0"),
+            "--output", str(out),
             "--engine", engine, *(["--workers", "2"] if engine == "local" else []), "--max-splits-per-batch", "2",
             "--incremental", "--quiet"]
     assert subprocess.run([*CLI, *args], capture_output=True, timeout=300).returncode == 0
@@ -414,6 +416,55 @@ def test_a_run_that_died_after_its_table_commit_is_not_applied_twice(postgres15:
     assert len(tagged) == (1 if fmt == "delta" else 2), tagged  # Iceberg's: the delete's snapshot and the append's
 
 
+class _DiedBeforeTheCommit(BaseException):
+    """What a kill after a batch's files are written, before the batch is committed, leaves."""
+
+
+def test_a_run_read_by_places_that_died_before_its_commit_reads_again_at_a_new_instant(
+        postgres15: PostgresServer, table_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that reads its changed rows by their places (one range, in one batch) dies with the batch written and
+    not committed; the re-run replays the logged batch with no places (they were the dead run's snapshot's): its
+    reader scans the range at a new instant, and the output is the table, a change made in between included."""
+    from splitsource import _offsets, copy
+    from splitsource.copyjob import _coordinator
+
+    server = postgres15
+    make_events(server, table_name, 3000)
+    out = tmp_path / "out"
+    monkeypatch.setenv("PGPASSWORD", server.env["PGPASSWORD"])
+    source = {"dsn": server.dsn, "table": table_name, "split_size_mb": "0.05"}
+    copy("postgres", source, str(out), engine="local", workers=2, incremental=True, progress=None)
+    with server.connect() as conn:
+        conn.execute(f"UPDATE {table_name} SET name = 'changed' WHERE id % 10 = 0")
+        conn.execute(f"DELETE FROM {table_name} WHERE id % 100 = 1")
+    handed: list[dict[str, str]] = []
+    commit, write = _coordinator._Coordinator.commit, _coordinator._Coordinator.write
+
+    def written(self: Any, batch: Any) -> Any:
+        handed.append(dict(batch.task.read.connector))
+        return write(self, batch)
+
+    def die(self: Any, *args: Any) -> None:
+        raise _DiedBeforeTheCommit()
+
+    monkeypatch.setattr(_coordinator._Coordinator, "write", written)
+    monkeypatch.setattr(_coordinator._Coordinator, "commit", die)
+    with pytest.raises(_DiedBeforeTheCommit):
+        copy("postgres", source, str(out), engine="local", workers=2, incremental=True, progress=None)
+    assert len(handed) == 1 and handed[0]["tids"].count("(") == 300, "the run did not read by places"
+    live = _offsets._LIVE  # the enumerator the run kept for its next batch, and its snapshot, end with a kill
+    kept = live.take(live._key) if live._key else None
+    assert kept is not None
+    kept.close()
+    with server.connect() as conn:
+        conn.execute(f"UPDATE {table_name} SET name = 'later' WHERE id IN (5, 10)")
+    monkeypatch.setattr(_coordinator._Coordinator, "commit", commit)
+    summary = copy("postgres", source, str(out), engine="local", workers=2, incremental=True, progress=None)
+    assert len(handed) == 2 and "tids" not in handed[-1] and "snapshot" not in handed[-1], handed[-1]
+    assert (summary.run, summary.deleted) == (2, 30), summary
+    assert _newest(out) == _truth(server, table_name)
+
+
 class _DiedAfterTheDeletes(BaseException):
     """What a kill right after a run's delete rows are committed to files, before the run is marked finished,
     leaves."""
@@ -460,8 +511,9 @@ def test_a_run_lands_in_its_table_whole_in_one_commit(postgres15: PostgresServer
     server = postgres15
     make_events(server, table_name, 20_000)
     out = tmp_path / "table"
-    args = ["copy", *cli_options(server, table_name, split_size_mb="0.06", page_rows="500"), "--output", str(out),
-            "--engine", "local", "--workers", "2", "--max-splits-per-batch", "1", "--incremental", "--quiet",
+    args = ["copy", *cli_options(server, table_name, split_size_mb="0.06", page_rows="500", tid_rows="0"),
+            "--output", str(out), "--engine", "local", "--workers", "2", "--max-splits-per-batch", "1",
+            "--incremental", "--quiet",
             "--table-format", fmt]
     assert subprocess.run([*CLI, *args], capture_output=True, timeout=300, env=server.run_env()).returncode == 0
     committer = parse_sink_options({"path": str(out), "table_format": fmt}).committer()

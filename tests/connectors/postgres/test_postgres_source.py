@@ -130,6 +130,109 @@ def test_changed_keys_count_the_rows_and_name_each_changed_key(postgres15: Postg
     assert sorted(rows, key=repr) == sorted((w if isinstance(w, tuple) else (w,) for w in wanted), key=repr)
 
 
+def _read_whole(source: PostgresSource, split: KeyRange) -> tuple[list[tuple[int, int]], list[str]]:
+    """``split`` read to its end by ``source``'s reader: its rows' (k, v), sorted, and the kinds of event it told."""
+    reader = source.create_split_reader()
+    reader.add_splits([split])
+    rows: list[tuple[int, int]] = []
+    events: list[str] = []
+    try:
+        while True:
+            got = reader.fetch()
+            rows += [(row["k"], row["v"]) for _, (page, _) in got.batches for row in page.to_pylist()]
+            events += [event.kind for event in got.events]
+            if got.finished:
+                return sorted(rows), events
+    finally:
+        reader.close()
+
+
+def _page_plan(server: PostgresServer, source: PostgresSource) -> str:
+    """The server's plan of the first page ``source``'s reader asks for, in a session set as the reader's session
+    was: every statement it sent before the page, but its snapshot's, sent again in one transaction."""
+    from connectors.postgres import _session
+
+    sent: list[str] = []
+    query, execute = _session.Connection.query, _session.Connection.execute
+    try:
+        _session.Connection.query = lambda self, sql: sent.append(sql) or query(self, sql)  # type: ignore[method-assign]
+        _session.Connection.execute = lambda self, sql: sent.append(sql) or execute(self, sql)  # type: ignore[method-assign]
+        with source.connect() as connection:
+            whole = KeyRange(0, None, None)
+            source.read(connection, whole, source.page_limit(whole))
+    finally:
+        _session.Connection.query, _session.Connection.execute = query, execute  # type: ignore[method-assign]
+    with server.connect() as conn, conn.transaction():
+        for sql in sent[:-1]:
+            if not sql.startswith(("BEGIN", "SET TRANSACTION")):
+                conn.execute(sql)
+        return "\n".join(row[0] for row in conn.execute(f"EXPLAIN {sent[-1]}"))
+
+
+@pytest.mark.parametrize("few", [True, False])
+def test_an_incremental_run_reads_its_changed_rows_by_their_places(postgres15: PostgresServer, table_name: str,
+                                                                   few: bool) -> None:
+    """An incremental run whose plan found few changed rows hands its readers their places (option ``tids``) and
+    plans one range, read by those places in pages: exactly the rows updated and inserted since the last run, as of
+    the run's snapshot, with a change committed after it left out. Over ``tid_rows`` changed rows, the plan
+    cuts ranges and the readers scan them, with the same rows. A reader whose snapshot is gone drops the places."""
+    import re
+
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (k int8 PRIMARY KEY, v int4)")
+        conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(1, 20000) i")
+    wanted = sorted([(k, -k) for k in range(3, 20000, 200)] + [(k, k) for k in range(20001, 20051)])
+    settings = options(postgres15, table_name, split_size_mb="0.1", page_rows="40", where="k <> 7",
+                       tid_rows=str(len(wanted) if few else len(wanted) - 1))
+    source = PostgresSource(settings)
+    first = source.create_enumerator(FixedEnumeratorContext(1))
+    first.start()
+    since = first.instant()
+    first.close()
+    with postgres15.connect() as conn:
+        conn.execute(f"UPDATE {table_name} SET v = -v WHERE k % 200 = 3 OR k = 7")  # 100, and one outside where
+        conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(20001, 20050) i")
+        conn.execute(f"DELETE FROM {table_name} WHERE k BETWEEN 100 AND 120")
+    source.since = since
+    later = source.create_enumerator(FixedEnumeratorContext(2))
+    later.start()
+    try:
+        counted = later.changed_keys()
+        assert counted is not None and counted[0] == 20000 + 50 - 21 - 1
+        handed = dict(later.reader_options())
+        splits = list(iter(later.next_split, None))
+        with postgres15.connect() as conn:  # after the run's snapshot: no reader of the run sees it
+            conn.execute(f"UPDATE {table_name} SET v = 0 WHERE k IN (3, 10)")
+
+        def reader(**extra: str) -> PostgresSource:
+            made = PostgresSource({**settings, **handed, **extra})
+            made.since = since
+            return made
+
+        read = [row for split in splits for row in _read_whole(reader(), split)[0]]
+        if few:  # the places alone decide what a reader reads: half of them, half the rows
+            places = re.findall(r"\(\d+,\d+\)", handed["tids"])
+            half = "{" + ",".join(f'"{place}"' for place in places[: len(places) // 2]) + "}"
+            halved = _read_whole(reader(tids=half), splits[0])[0]
+            with postgres15.connect() as conn:  # a place for each row: the planner on its own would scan the table
+                every = conn.execute(f"SELECT array_agg(ctid)::text FROM {table_name}").fetchone()[0]
+            plan = _page_plan(postgres15, reader(tids=every))
+    finally:
+        later.close()
+    assert sorted(read) == wanted
+    if not few:
+        assert len(splits) > 1 and "tids" not in handed
+        return
+    assert len(splits) == 1 and len(places) == len(wanted)
+    assert "Tid Scan" in plan, f"a reader given places reads its page otherwise: {plan}"
+    assert len(halved) == len(wanted) // 2 and set(halved) <= set(wanted)
+    # the snapshot gone (its planner ended), a reader goes on at a new instant and scans for the changed rows
+    again, events = _read_whole(reader(), splits[0])
+    assert set(events) == {"snapshot_lost"}
+    assert again == sorted([r for r in wanted if r[0] != 3] + [(3, 0), (10, 0)])
+
+
 def _rows_per_split(server: PostgresServer, source: PostgresSource) -> list[int]:
     enumerator = source.create_enumerator(FixedEnumeratorContext(2))
     enumerator.start()
