@@ -210,6 +210,38 @@ def test_ten_runs_under_writers_end_equal_to_the_table(postgres15: PostgresServe
     _verify(postgres15, table_name, out)
 
 
+def test_a_spark_run_reads_its_changed_rows_by_their_places(postgres15: PostgresServer, table_name: str,
+                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the Spark engine too, run 2 plans one split, read by the changed rows' places (the copy hands its tasks
+    the reader options as it hands the local engine's workers), and reads exactly what changed: a late commit, an
+    insert and a delete among it."""
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    server = postgres15
+    make_events(server, table_name, 3000)
+    out = tmp_path / "out"
+    args = [*CLI, "copy", *cli_options(server, table_name, split_size_mb="0.05"), "--output", str(out),
+            "--incremental", "--engine", "spark"]
+
+    def run() -> str:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=300, env=server.run_env())
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    with server.connect() as late:
+        late.execute("BEGIN")
+        late.execute(f"UPDATE {table_name} SET name = 'late' WHERE id = 7")
+        assert "splits" in run() and _newest(out) == _truth(server, table_name) != []
+        late.execute("COMMIT")
+    with server.connect() as conn:
+        conn.execute(f"UPDATE {table_name} SET score = -score WHERE id % 100 = 0")
+        conn.execute(f"INSERT INTO {table_name} (id, name, score) VALUES (3001, 'new', 1)")
+        conn.execute(f"DELETE FROM {table_name} WHERE id = 1")
+    second = run()
+    assert "1 rows inserted, 31 updated and 1 deleted" in second and ", 1 splits" in second, second
+    assert _run_ids(out, 2) == sorted([7, 3001, *range(100, 3001, 100)])
+    assert _newest(out) == _truth(server, table_name)
+
+
 # the local engine kills at every named point, the Spark engine where its tasks read (kill_points.ENGINE_POINTS),
 # twice: its storm at every point is the generator's (tests/splitsource/copyjob/test_incremental.py)
 @pytest.mark.parametrize("engine", ["local", "spark"])
