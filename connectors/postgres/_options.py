@@ -53,9 +53,10 @@ class PostgresOptions:
     tids: str = option("", doc="the places (a tid[] literal) of the rows an incremental run reads, as a copy's "
                                "planner found them in the snapshot it hands its readers; empty: each range is "
                                "scanned for them", parse=str.strip)
-    tid_rows: int = option(100_000, doc="an incremental run that finds at most this many changed rows reads them by "
-                                        "their places (ctid, in one range) instead of scanning key ranges for them, "
-                                        "its readers handed the list (about 14 bytes a row); 0: always scan",
+    tid_rows: int = option(100_000, doc="an incremental run that finds at most this many changed rows (and at most "
+                                        "8 pages of them) reads them by their places (ctid, in one range) instead "
+                                        "of scanning key ranges for them, its readers handed the list (about 14 "
+                                        "bytes a row); 0: always scan",
                            minimum=0)
     connect_timeout_s: int = option(10, doc="seconds to wait for a connection", minimum=1)
 

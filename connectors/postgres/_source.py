@@ -29,6 +29,10 @@ from splitsource import Changes, KeyRange, KeyRangeSource, OptionsError, Predica
 
 __all__ = ["PostgresSource"]
 
+# the most pages an incremental run's reader reads changed rows in by their places: each page fetches every place
+# again (a TID scan of the list, ordered by key), so more changed rows than this many pages hold walk key ranges
+PLACES_PAGES = 8
+
 
 class PostgresSource(KeyRangeSource[PostgresOptions]):
     """A PostgreSQL table read at one instant (``connector=postgres``).
@@ -125,13 +129,15 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
         if since is None or not self.table.key:
             return None
         if self._changes is None:
+            places = min(self.options.tid_rows, PLACES_PAGES * self.page_limit(KeyRange(0, None, None)))
             self._changes = count_changed(self._in_plan(), dataclasses.replace(self.table, columns=self.table.key),
-                                          since, self.options.tid_rows)
+                                          since, places)
         return self._changes
 
     def _tids(self) -> str:
         """The places of an incremental run's changed rows, where its readers read those alone: key ranges of one
-        relation, up to ``tid_rows`` rows; else "" (each range is scanned for them, through the key's index)."""
+        relation, up to ``tid_rows`` rows and ``PLACES_PAGES`` pages of them; else "" (each range is scanned for
+        them, through the key's index)."""
         if self.by_blocks or self.since is None or not self.options.tid_rows or not self._started().changed:
             return ""
         changes = self._changed()

@@ -169,13 +169,14 @@ def _page_plan(server: PostgresServer, source: PostgresSource) -> str:
         return "\n".join(row[0] for row in conn.execute(f"EXPLAIN {sent[-1]}"))
 
 
-@pytest.mark.parametrize("few", [True, False])
+@pytest.mark.parametrize(("tid_rows", "page_rows", "few"), [(150, 40, True), (149, 40, False), (150, 18, False)])
 def test_an_incremental_run_reads_its_changed_rows_by_their_places(postgres15: PostgresServer, table_name: str,
-                                                                   few: bool) -> None:
+                                                                   tid_rows: int, page_rows: int, few: bool) -> None:
     """An incremental run whose plan found few changed rows hands its readers their places (option ``tids``) and
     plans one range, read by those places in pages: exactly the rows updated and inserted since the last run, as of
-    the run's snapshot, with a change committed after it left out. Over ``tid_rows`` changed rows, the plan
-    cuts ranges and the readers scan them, with the same rows. A reader whose snapshot is gone drops the places."""
+    the run's snapshot, with a change committed after it left out. Over ``tid_rows`` changed rows, or over 8
+    pages of them, the plan cuts ranges and the readers scan them, with the same rows. A reader whose snapshot is
+    gone drops the places."""
     import re
 
     with postgres15.connect() as conn:
@@ -183,8 +184,9 @@ def test_an_incremental_run_reads_its_changed_rows_by_their_places(postgres15: P
         conn.execute(f"CREATE TABLE {table_name} (k int8 PRIMARY KEY, v int4)")
         conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(1, 20000) i")
     wanted = sorted([(k, -k) for k in range(3, 20000, 200)] + [(k, k) for k in range(20001, 20051)])
-    settings = options(postgres15, table_name, split_size_mb="0.1", page_rows="40", where="k <> 7",
-                       tid_rows=str(len(wanted) if few else len(wanted) - 1))
+    assert len(wanted) == 150
+    settings = options(postgres15, table_name, split_size_mb="0.1", page_rows=str(page_rows), where="k <> 7",
+                       tid_rows=str(tid_rows))
     source = PostgresSource(settings)
     first = source.create_enumerator(FixedEnumeratorContext(1))
     first.start()
