@@ -128,8 +128,9 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
         since = self._since_xmin()
         if since is None or not self.table.key:
             return None
-        if self._changes is None:
-            places = min(self.options.tid_rows, PLACES_PAGES * self.page_limit(KeyRange(0, None, None)))
+        if self._changes is None:  # the places, for key ranges alone: block ranges read by place already
+            places = 0 if self.by_blocks else min(self.options.tid_rows,
+                                                  PLACES_PAGES * self.page_limit(KeyRange(0, None, None)))
             self._changes = count_changed(self._in_plan(), dataclasses.replace(self.table, columns=self.table.key),
                                           since, places)
         return self._changes
@@ -138,9 +139,7 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
         """The places of an incremental run's changed rows, where its readers read those alone: key ranges of one
         relation, up to ``tid_rows`` rows and ``PLACES_PAGES`` pages of them; else "" (each range is scanned for
         them, through the key's index)."""
-        if self.by_blocks or self.since is None or not self.options.tid_rows or not self._started().changed:
-            return ""
-        changes = self._changed()
+        changes = self._changed() if self._started().changed else None
         return changes.tids if changes is not None else ""
 
     def _in_plan(self) -> PostgresOptions:
