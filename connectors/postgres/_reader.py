@@ -180,14 +180,18 @@ def count_changed(options: PostgresOptions, table: Table, since: int, places: in
         with connect(options, table.lc_monetary) as connection:
             _in_snapshot(connection, options)
             for relation, blocks in part:
-                changed = changed_since(relation, since)
-                keys = [f"array_agg({c.select}) FILTER (WHERE {changed})" for c in table.columns]
+                keys = [f"array_agg(k{i}) FILTER (WHERE changed)" for i in range(len(table.columns))]
                 where = " AND ".join(([f"({options.where})"] if options.where else []) + ([blocks] if blocks else []))
+                where = f" WHERE {where}" if where else ""
+                # the test once per row, in a scan the planner cannot merge into the aggregate (OFFSET 0): each
+                # FILTER would evaluate it again, a third of the scan's time on a 5M-row table
+                scan = ", ".join([f"{c.select} AS k{i}" for i, c in enumerate(table.columns)]
+                                 + (["ctid"] if places else []) + [f"{changed_since(relation, since)} AS changed"])
                 row = connection.query(
                     f"SELECT count(*), {', '.join(keys)}"
-                    + (f", CASE WHEN count(*) FILTER (WHERE {changed}) <= {places} "  # no list is sent past it
-                       f"THEN (array_agg(ctid) FILTER (WHERE {changed}))::text END" if places else "")
-                    + f" FROM {relation}" + (f" WHERE {where}" if where else ""))
+                    + (f", CASE WHEN count(*) FILTER (WHERE changed) <= {places} "  # no list is sent past it
+                       "THEN (array_agg(ctid) FILTER (WHERE changed))::text END" if places else "")
+                    + f" FROM (SELECT {scan} FROM {relation}{where} OFFSET 0) AS s")
                 total += row.column(0)[0].as_py()
                 if not row.column(1).null_count:  # the aggregate of no row is NULL
                     page = pa.RecordBatch.from_arrays([row.column(i + 1).flatten() for i in range(len(keys))],
@@ -386,8 +390,10 @@ def changed_since(relation: str, xmin: int) -> str:
     2^32 (``age`` of the reading transaction's next id, which every row it sees is older than). The enumerator
     refuses a run more than about 2^31 transactions after the last. Subtransactions (savepoints) take ids above
     their parent's, so they fall in the window with it. An ancient frozen row whose id wrapped into the window is
-    read again: an upsert of what the output holds."""
-    return f"age({relation}.xmin) BETWEEN 0 AND age('{xmin % (1 << 32)}'::xid)"
+    read again: an upsert of what the output holds. One ``age()`` a row, against the window's end computed once (a
+    sub-select): the int4 read as an unsigned ``oid`` puts a negative age (an id wrapped, 2^31 or more behind) past
+    the end, as ``BETWEEN 0 AND`` would with two calls a row."""
+    return f"age({relation}.xmin)::oid <= (SELECT age('{xmin % (1 << 32)}'::xid))::oid"
 
 
 def key_condition(table: Table, split: KeyRange) -> list[str]:
