@@ -167,6 +167,15 @@ class _Live:
         if old is not None:
             old.close()
 
+    def end(self, fingerprint: str) -> None:
+        """Close the enumerator kept for source ``fingerprint``, if it is the one kept."""
+        with self._lock:
+            if self._key is None or self._key[0] != fingerprint:
+                return
+            old, self._key, self._enumerator = self._enumerator, None, None
+        if old is not None:
+            old.close()
+
 
 _LIVE = _Live()
 
@@ -194,6 +203,15 @@ def initial_offset(source: Source[Any, Any, Any, Any], fingerprint: str, paralle
     # the one the plan was made at
     _LIVE.keep((fingerprint, offset["plan"], 0), enumerator)
     return offset
+
+
+def end_plan(fingerprint: str) -> None:
+    """The run of source ``fingerprint`` planned in this process is over (done, failed or stopped): close the
+    enumerator kept for its next batch, and what it holds (PostgreSQL's session, idle in a transaction that holds
+    back the server's vacuum and locks the table). A process that goes on (``copy()`` in Python, a Spark driver)
+    would hold it until its next copy; a later batch of the same plan restores the enumerator, as after a
+    restart."""
+    _LIVE.end(fingerprint)
 
 
 def reader_options(fingerprint: str, offset: Mapping[str, Any]) -> Mapping[str, str]:

@@ -34,6 +34,7 @@ from splitsource._offsets import (
     START_OVER,
     PlanStore,
     check_offset,
+    end_plan,
     initial_offset,
     next_offset,
     offset_splits,
@@ -118,9 +119,12 @@ class _Coordinator:
         self.stats, self.unsized = ReadStats(), False
 
     def run(self) -> EngineResult:
-        self.recover()
-        while (end := self.offsets.replayable(self.last + 1) or self.plan_next()) is not None:
-            self.write_and_commit(self.last + 1, end)
+        try:
+            self.recover()
+            while (end := self.offsets.replayable(self.last + 1) or self.plan_next()) is not None:
+                self.write_and_commit(self.last + 1, end)
+        finally:
+            end_plan(self.fingerprint)
         return EngineResult(int(self.start["taken"]) if self.start else 0, self.total, self.batches, self.stats,
                             self.unsized, dict(self.start.get("instant", {})) if self.start else {}, self.copy.run)
 

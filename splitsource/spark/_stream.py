@@ -32,6 +32,7 @@ from splitsource._fs import locate
 from splitsource._offsets import (
     PlanStore,
     check_offset,
+    end_plan,
     initial_offset,
     next_offset,
     offset_splits,
@@ -103,3 +104,6 @@ class SplitSourceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def commit(self, end: dict[str, Any]) -> None:
         return None
+
+    def stop(self) -> None:
+        end_plan(self._fingerprint)  # the enumerator kept for the next batch, and what it holds

@@ -205,6 +205,46 @@ def test_a_killed_backend_resumes_mid_split(postgres15: PostgresServer, table_na
     assert sorted(r[0] for r in _rows(out, "id")) == list(range(1, 40_001))
 
 
+class _CommitFailed(Exception):
+    """A batch's commit that fails: the copy raises it to its caller."""
+
+
+@pytest.mark.parametrize("ends", ["done", "failed"])
+def test_a_copy_in_python_leaves_no_session_on_the_server_once_it_returns(
+        postgres15: PostgresServer, table_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        ends: str) -> None:
+    """``copy()`` in a process that goes on (a notebook, a scheduler): once it returns, or raises, no session of it
+    holds the table. The plan's session, idle in its transaction, would hold back the server's vacuum and keep the
+    table from being altered until the process's next copy."""
+    from splitsource import copy
+    from splitsource.copyjob import _coordinator
+
+    make_events(postgres15, table_name, 4000)
+    monkeypatch.setenv("PGPASSWORD", postgres15.env["PGPASSWORD"])
+    # several key ranges: the plan reads a sample of the table's keys, in its transaction
+    source = {"dsn": postgres15.dsn, "table": table_name, "split_size_mb": "0.1"}
+    if ends == "failed":
+        def fail(self: object, *args: object) -> None:
+            raise _CommitFailed()
+
+        monkeypatch.setattr(_coordinator._Coordinator, "commit", fail)
+        with pytest.raises(_CommitFailed):
+            copy("postgres", source, str(tmp_path / "out"), engine="local", workers=1, progress=None)
+    else:
+        assert copy("postgres", source, str(tmp_path / "out"), engine="local", workers=1, progress=None).rows == 4000
+
+    def holders() -> list[tuple[object, ...]]:
+        with postgres15.connect() as conn:
+            return conn.execute("SELECT a.pid, a.state, a.backend_xmin::text FROM pg_locks l JOIN pg_stat_activity a "
+                                "USING (pid) WHERE l.relation = %s::regclass", (table_name,)).fetchall()
+
+    deadline, held = time.monotonic() + 10, holders()
+    while held and time.monotonic() < deadline:  # a closed session's backend ends a moment later
+        time.sleep(0.05)
+        held = holders()
+    assert held == [], f"sessions of the copy still hold {table_name}: {held}"
+
+
 def test_wrong_password_and_missing_privilege_are_one_line(postgres15: PostgresServer, table_name: str,
                                                            tmp_path: Path) -> None:
     make_events(postgres15, table_name, 100)
