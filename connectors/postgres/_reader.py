@@ -8,6 +8,7 @@ whole blocks (or, for pages of fewer rows than a block holds, of rows in ``ctid`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 
@@ -163,22 +164,21 @@ class Changed:
     tids: str
 
 
-def count_changed(options: PostgresOptions, table: Table, since: int, places: int) -> Changed:
+def count_changed(plan: Connection, options: PostgresOptions, table: Table, since: int, places: int) -> Changed:
     """How many rows ``table`` (a table of its key columns alone) holds, and the keys of the row versions that a
     snapshot whose xmin was ``since`` could not see (:func:`changed_since`), with their places where they are at
-    most ``places``, inside the run's snapshot (``options`` has it): one scan that counts every row and gathers the
-    changed keys into arrays, nothing sent but those. It reads runs of blocks (:func:`_block_runs`), half of them
-    on each of two sessions at once; the server's parallel ``count(*)`` beside a second scan for the keys took
-    0.5 s more of CPU on a 5M-row table."""
-    with connect(options, table.lc_monetary) as connection:
-        _in_snapshot(connection, options)
-        runs = _block_runs(connection, table)
+    most ``places``, inside the run's snapshot (``plan``'s transaction's, which ``options`` has): one scan that
+    counts every row and gathers the changed keys into arrays, nothing sent but those. It reads runs of blocks
+    (:func:`_block_runs`), half of them on ``plan`` and half on a session of its own, at once; the server's
+    parallel ``count(*)`` beside a second scan for the keys took 0.5 s more of CPU on a 5M-row table."""
+    runs = _block_runs(plan, table)
     places = places if len(table.relations) == 1 else 0
 
-    def read(part: list[tuple[str, str]]) -> tuple[int, list[pa.RecordBatch], list[str | None]]:
+    def read(part: list[tuple[str, str]], own: bool) -> tuple[int, list[pa.RecordBatch], list[str | None]]:
         total, found, tids = 0, [], []
-        with connect(options, table.lc_monetary) as connection:
-            _in_snapshot(connection, options)
+        with connect(options, table.lc_monetary) if own else contextlib.nullcontext(plan) as connection:
+            if own:
+                _in_snapshot(connection, options)
             for relation, blocks in part:
                 keys = [f"array_agg(k{i}) FILTER (WHERE changed)" for i in range(len(table.columns))]
                 where = " AND ".join(([f"({options.where})"] if options.where else []) + ([blocks] if blocks else []))
@@ -204,7 +204,7 @@ def count_changed(options: PostgresOptions, table: Table, since: int, places: in
     from concurrent.futures import ThreadPoolExecutor  # here: a reader's process never needs it (15 ms to import)
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # the driver lets go of the GIL while it waits
-        parts = list(pool.map(read, (runs[0::2], runs[1::2])))
+        parts = list(pool.map(read, (runs[0::2], runs[1::2]), (False, True)))
     found = [batch for _, batches, _ in parts for batch in batches]
     tids = [tid for _, _, texts in parts for tid in texts]
     placed = places and None not in tids and sum(batch.num_rows for batch in found) <= places

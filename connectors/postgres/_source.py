@@ -131,8 +131,8 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
         if self._changes is None:  # the places, for key ranges alone: block ranges read by place already
             places = 0 if self.by_blocks else min(self.options.tid_rows,
                                                   PLACES_PAGES * self.page_limit(KeyRange(0, None, None)))
-            self._changes = count_changed(self._in_plan(), dataclasses.replace(self.table, columns=self.table.key),
-                                          since, places)
+            self._changes = count_changed(self._started().conn, self._in_plan(),
+                                          dataclasses.replace(self.table, columns=self.table.key), since, places)
         return self._changes
 
     def _tids(self) -> str:
