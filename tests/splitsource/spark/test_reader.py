@@ -164,3 +164,21 @@ def test_the_schema_steps_source_travels_to_planning_and_tasks(spark: Any, conne
         assert len(reads) == 1, f"the metadata was read {len(reads)} times"
     else:  # the control: each task builds the source again and reads it again
         assert len(reads) >= 1 + 3, f"the metadata was read {len(reads)} times"
+
+
+def test_a_stopped_stream_closes_the_enumerator_it_kept_for_its_next_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream's reader keeps its enumerator between batches (in Spark's planning process, for the process's
+    life): ``stop()`` (the query ended) closes it, and what it holds (a PostgreSQL session in a transaction)."""
+    from splitsource import _offsets
+    from splitsource.spark._source import SplitSourceDataSource
+
+    data_source = SplitSourceDataSource({"connector": "generator", "rows": "100", "split_rows": "10"})
+    reader = data_source.streamReader(data_source.schema())
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, reader.getDefaultReadLimit()) != start
+    kept = _offsets._LIVE._enumerator
+    assert kept is not None
+    closed: list[bool] = []
+    monkeypatch.setattr(kept, "close", lambda: closed.append(True))
+    reader.stop()
+    assert closed == [True] and _offsets._LIVE._enumerator is None
