@@ -170,6 +170,12 @@ def claim(output_place: Location, checkpoint_place: Location, identity: dict[str
     owner = read_owner(committer)
     if found is not None:
         _check_same_copy(checkpoint, found, identity)
+    if owner is not None and found is None and owner.get("checkpoint") == checkpoint:
+        raise OutputOwnedError(
+            f"output {output} belongs to a copy whose checkpoint {checkpoint} is not there any more (moved or "
+            f"deleted; format {owner.get('format')}, started {owner.get('created')}): resume it with option "
+            f"'checkpoint' where that checkpoint is now, write to another option 'output', or start over with "
+            f"{START_OVER} (deletes what the output holds)", path=output)
     if owner is not None and (found is None or found.get("token") != owner["token"]):
         raise OutputOwnedError(
             f"output {output} belongs to another copy (its checkpoint is {owner.get('checkpoint')}, "

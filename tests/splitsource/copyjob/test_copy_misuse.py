@@ -90,7 +90,8 @@ def test_an_output_owned_by_another_copy_is_refused_and_each_advice_ends_exact(t
     # the checkpoint moved aside (as an old message advised): refused, and resuming with it works
     moved = tmp_path / "moved.ckpt"
     shutil.move(str(out) + ".checkpoint", moved)
-    one_line(run(first), 1, "belongs to another copy")
+    one_line(run(first), 1, f"belongs to a copy whose checkpoint {out}.checkpoint is not there any more",
+             "resume it with --checkpoint where that checkpoint is now", "--overwrite")
     assert run([*first, "--checkpoint", str(moved)]).returncode == 0
     verify_ok(out)
 
