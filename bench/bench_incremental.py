@@ -13,7 +13,9 @@ whole process, timed from start to exit:
    and ``write_disposition="merge"`` into DuckDB, bench/postgres_peers.py);
 2. a run with no change, each;
 3. 1% of the rows updated (``updated_at = now()``), then a run each (after one untimed ``count(*)``, which sets the
-   hint bits the update left to whoever reads first: on every page, since the rows are spread).
+   hint bits the update left to whoever reads first: on every page, since the rows are spread); and the scan
+   floor: two ``psql`` sessions at once, each counting half the table's blocks, the least a run that looks at
+   every row takes.
 
 Then the late commit: a transaction updates 100 rows (its ``now()``, the transaction's start, goes into
 ``updated_at``) and stays open while another commits 100 updates; both tools run; the first transaction commits,
@@ -106,6 +108,10 @@ def main() -> int:
             conn.execute(f"UPDATE {table} SET score = -score, updated_at = now() WHERE id % 100 = 7")
             settle(conn, table)
         step("1% changed")
+        floor = run(_scan_floor(table), env=env)  # what a run that looks at every row takes at least
+        if floor.returncode != 0:
+            raise SystemExit(f"scan floor: exit {floor.returncode}\n{floor.output[-3000:]}")
+        scan_floor = round(floor.seconds, 2)
         with psycopg.connect(CONNINFO) as late, psycopg.connect(CONNINFO, autocommit=True) as other:
             late.execute(f"UPDATE {table} SET name = 'late', updated_at = now() WHERE id <= {LATE}")
             other.execute(f"UPDATE {table} SET name = 'other', updated_at = now() WHERE id > {args.rows - LATE}")
@@ -122,6 +128,7 @@ def main() -> int:
     goals = {"a run after 1% changed at most 0.15x the full copy": ratios["ours"]["1% changed"] <= 0.15,
              "a run with no change at most 0.05x": ratios["ours"]["no change"] <= 0.05,
              "no row of a late commit lost": lost["ours"] == 0}
+    print(f"scan floor: {scan_floor:.2f} s ({scan_floor / seconds['ours']['full']:.3f}x ours' full copy)")
     for tool in seconds:
         print(f"{tool}: " + ", ".join(f"{name} {s:.2f} s ({ratios[tool][name]:.3f}x)" for name, s in
                                       seconds[tool].items()) + f"; late commit: {lost[tool]} of {LATE} rows lost")
@@ -130,10 +137,23 @@ def main() -> int:
     results = {f"{tool} {name}": {"seconds": s, "vs_its_full": ratios[tool][name]}
                for tool, by in seconds.items() for name, s in by.items()}
     results.update({f"{tool} late commit: rows lost of {LATE}": {"rows": lost[tool]} for tool in lost})
+    results["scan floor"] = {"seconds": scan_floor, "vs_its_full": round(scan_floor / seconds["ours"]["full"], 3)}
     record_run("incremental", {"rows": args.rows, "seconds": seconds, "ratio_to_full": ratios,
+                               "scan_floor_s": scan_floor,
                                "late_commit_rows_lost": lost, "late_commit_rows": LATE, "goals": goals,
                                "results": results})
     return 0
+
+
+def _scan_floor(table: str) -> list[str]:
+    """Two ``psql`` sessions at once, each counting half of the table's blocks with nothing tested: the least a
+    run that finds the changed rows by looking at every row takes (ours: two sessions, each testing each row's
+    transaction id), without starting the copy or reading a changed row."""
+    blocks = f"(SELECT pg_relation_size('{table}') / 8192 / 2)"
+    halves = [f"SELECT count(*) FROM {table} WHERE ctid < format('(%s,0)', {blocks})::tid",
+              f"SELECT count(*) FROM {table} WHERE ctid >= format('(%s,0)', {blocks})::tid"]
+    sessions = " & ".join(f"psql '{CONNINFO}' -Atc \"{query}\" > /dev/null" for query in halves)
+    return ["sh", "-c", f"{sessions} & wait"]
 
 
 def _lost_ours(out: Path) -> int:

@@ -4,7 +4,8 @@ own Python (``bench/tools.py pg_peers``), one process per read, by bench/bench_p
     bench/.tools/pg-peers/bin/python bench/postgres_peers.py METHOD CONNINFO TABLE OUT
 
 METHOD is ``connectorx`` (2 partitions on the key), ``adbc`` (one connection, ``COPY BINARY`` into Arrow),
-``duckdb`` (the postgres extension, 2 threads) or ``dlt`` (``sql_database`` with the pyarrow backend, into a
+``duckdb`` (the postgres extension, 2 threads), ``adbc_read_floor`` (the connector's driver reading on two
+connections, nothing written: run by the project's Python) or ``dlt`` (``sql_database`` with the pyarrow backend, into a
 filesystem destination as Parquet). Prints the rows it wrote. ``dlt_incremental`` (bench/bench_incremental.py) is
 dlt's incremental load with a cursor column and a merge, run again for each later load.
 """
@@ -38,6 +39,35 @@ def adbc(conninfo: str, table: str, out: Path) -> int:
                 writer.write_batch(batch)
                 rows += batch.num_rows
     return rows
+
+
+def adbc_read_floor(conninfo: str, table: str, out: Path) -> int:
+    """The connector's own driver alone, as bench/bench_postgres.py runs it with the project's Python (ADBC 1.13,
+    not the peers'): two connections at once, each reading half of the table's blocks, every batch dropped; no
+    plan, no snapshot, no Parquet. What any copy decoding through this driver on two cores takes at least."""
+    import threading
+
+    import adbc_driver_postgresql.dbapi as dbapi
+
+    del out
+    with dbapi.connect(_uri(conninfo)) as conn, conn.cursor() as cursor:
+        cursor.execute(f"SELECT pg_relation_size('{table}'::regclass) / 8192")
+        half = int(cursor.fetchone()[0]) // 2  # type: ignore[index]
+    rows = [0, 0]
+
+    def read(part: int, condition: str) -> None:
+        with dbapi.connect(_uri(conninfo)) as conn, conn.cursor() as cursor:
+            cursor.execute(f"SELECT * FROM {table} WHERE {condition}")
+            for batch in cursor.fetch_record_batch():
+                rows[part] += batch.num_rows
+
+    threads = [threading.Thread(target=read, args=(0, f"ctid < '({half},0)'::tid")),
+               threading.Thread(target=read, args=(1, f"ctid >= '({half},0)'::tid"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(rows)
 
 
 def duckdb(conninfo: str, table: str, out: Path) -> int:
@@ -92,7 +122,8 @@ def _uri(conninfo: str) -> str:
     return f"postgresql://{pairs['user']}{password}@{pairs['host']}:{pairs['port']}/{pairs['dbname']}"
 
 
-METHODS = {"connectorx": connectorx, "adbc": adbc, "duckdb": duckdb, "dlt": dlt, "dlt_incremental": dlt_incremental}
+METHODS = {"connectorx": connectorx, "adbc": adbc, "adbc_read_floor": adbc_read_floor, "duckdb": duckdb, "dlt": dlt,
+           "dlt_incremental": dlt_incremental}
 
 if __name__ == "__main__":
     method, conninfo, table, out = sys.argv[1:5]
