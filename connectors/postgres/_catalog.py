@@ -80,7 +80,7 @@ class PostgresConnectionError(SplitSourceError, ConnectionError):
 
 
 class PostgresLoginError(PostgresConnectionError, OptionsError):
-    """A wrong password or user, or a privilege missing: a usage error (exit 2)."""
+    """A wrong password or user, a privilege missing, or a table the login does not see: a usage error (exit 2)."""
 
 
 def session_options(lc_monetary: str = "") -> str:
@@ -192,7 +192,7 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
     (``columns``: a comma-separated subset; ``text_columns``: read as text), its key and its relations."""
     found = conn.row("SELECT to_regclass(%s)::oid::int8, to_regclass(%s)::text", table, table)
     if found[0] is None:
-        raise PostgresConnectionError(f"option 'table': no table {table} in this database (as the login sees it)")
+        raise PostgresLoginError(f"option 'table': no table {table} in this database (as the login sees it)")
     oid, qualified = found
     if not conn.row("SELECT has_table_privilege(%s::oid, 'SELECT')", oid)[0]:
         raise PostgresLoginError(f"PostgreSQL: permission denied for table {qualified}: the login needs SELECT on "

@@ -30,7 +30,8 @@ class PostgresOptions:
     sslkey: str = option("", doc="the client certificate's private key, PEM")
     columns: str = option("", doc="comma-separated columns to read (empty: all)", parse=str.strip)
     where: str = option("", doc="an SQL condition on the table's rows, e.g. \"created >= '2026-01-01'\"; it must "
-                                "select the same rows at any instant you mean to read (a bounded range)",
+                                "select the same rows at any instant you mean to read (a bounded range). One the "
+                                "server cannot plan on the table is refused when the copy or read is planned",
                         parse=str.strip)
     text_columns: str = option("", doc="columns read as the server's own text instead of their Arrow type (a "
                                        "date or timestamp column that holds infinity, a time column that holds "

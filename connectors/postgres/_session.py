@@ -13,7 +13,7 @@ import pyarrow as pa
 from connectors.postgres._catalog import PostgresConnectionError, PostgresLoginError, literal, session_options
 from connectors.postgres._options import PostgresOptions, conninfo
 
-__all__ = ["Connection", "connect", "login_error", "one_line", "transient"]
+__all__ = ["Connection", "connect", "login_error", "one_line", "sqlstate", "transient"]
 
 # the most bytes of Arrow the driver puts in one batch: above a page's, so a page comes in one batch, used as it is
 BATCH_BYTES = 1 << 30

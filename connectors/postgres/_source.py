@@ -24,7 +24,7 @@ from connectors.postgres._catalog import (
 from connectors.postgres._options import PostgresOptions, conninfo
 from connectors.postgres._plan import BLOCK, Plan
 from connectors.postgres._reader import ROWS_PER_BLOCK, Changed, count_changed, page, read_keys, session
-from connectors.postgres._session import Connection, connect, errors_in_one_line, transient
+from connectors.postgres._session import Connection, connect, errors_in_one_line, one_line, sqlstate, transient
 from splitsource import Changes, KeyRange, KeyRangeSource, OptionsError, Predicate
 
 __all__ = ["PostgresSource"]
@@ -59,7 +59,10 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
         if o.described:
             return described(o.described, o.columns, o.text_columns, o.decimal)
         with connect(o) as conn, errors_in_one_line(o):
-            return describe(conn, o.table, o.columns, o.text_columns, o.decimal)
+            table = describe(conn, o.table, o.columns, o.text_columns, o.decimal)
+            if o.where:
+                _check_where(conn, table, o.where)
+            return table
 
     @functools.cached_property
     def by_blocks(self) -> bool:
@@ -259,6 +262,22 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
 
     def reference_label(self, part: int, parts: int) -> str:
         return f"blocks part {part + 1} of {parts}"
+
+
+def _check_where(conn: Connection, table: Table, where: str) -> None:
+    """Refuse, before anything is read or written, a ``where`` the server cannot plan on the table (a syntax error,
+    an unknown column, function or operator, a literal of the wrong type), in one line with the server's words:
+    the server plans the condition and tests it on no row. An error it meets only on a row (a division by zero)
+    fails the read that meets it."""
+    try:
+        # prepared, as every query of the driver is, so one statement alone; LIMIT 0 reads no row
+        conn.query(f"SELECT 1 FROM {table.qualified} WHERE ({where}) LIMIT 0")
+    except Exception as exc:
+        if sqlstate(exc) is None or transient(exc):
+            raise  # the server said nothing of the condition: errors_in_one_line tells what happened
+        words = one_line(exc)
+        raise OptionsError(f"option 'where': PostgreSQL refuses {where!r} on {table.label}: "
+                           f"{words.partition('ERROR:')[2].strip() or words}") from None
 
 
 def _psycopg(options: PostgresOptions) -> Any:

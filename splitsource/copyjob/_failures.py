@@ -44,7 +44,10 @@ def _clip(text: str, limit: int = 1000) -> str:
 
 
 def failure(cause: str, full: str, checkpoint: Location) -> CopyError:
-    """The one-line error; the full text (worker, JVM and Python stacks) goes to a log file in the checkpoint."""
+    """The one-line error, of ``cause``'s first line (a driver's message may carry the query and a caret line
+    after it); the full text (worker, JVM and Python stacks) goes to a log file in the checkpoint."""
+    lines = [line.strip() for line in cause.splitlines() if line.strip()]
+    cause = _clip(lines[0]) if lines else cause
     log = checkpoint.child(ERROR_LOG)
     try:
         log.store.write(log.path, full.encode("utf-8", "replace"), durable=False)

@@ -264,6 +264,39 @@ def test_wrong_password_and_missing_privilege_are_one_line(postgres15: PostgresS
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing claimed
 
 
+def test_a_where_the_server_cannot_run_and_a_table_it_does_not_hold_are_one_line(
+        postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:
+    """A bad value of option ``where`` or ``table`` is refused with exit 2, in one line with the server's words,
+    before anything is claimed; a condition that fails only on a row fails the copy (exit 1) in one line too, the
+    driver's query and caret in the error log; and no condition runs more than itself."""
+    make_events(postgres15, table_name, 100)
+    cases = {"syntax": ("name = = 1", 'syntax error at or near "="'),
+             "column": ("nope > 1", 'column "nope" does not exist'),
+             "type": ("id > 'x'", 'invalid input syntax for type bigint: "x"'),
+             "constant": ("1/0 = 1", "division by zero"),
+             "two statements": (f"id > 0); DROP TABLE {table_name}; SELECT (1",
+                                "cannot insert multiple commands into a prepared statement")}
+    for name, (where, words) in cases.items():
+        out = tmp_path / name.replace(" ", "-")
+        done = _copy(postgres15, [*cli_options(postgres15, table_name, where=where), "--output", str(out),
+                                  "--engine", "local"])
+        expected = f"splitsource copy: option 'where': PostgreSQL refuses {where!r} on public.{table_name}: {words}"
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [expected], done.stderr
+        assert not list(tmp_path.glob(f"{out.name}*")), f"{name}: the copy claimed its output"
+    with postgres15.connect() as conn:  # the two statements ran neither
+        assert conn.execute(f"SELECT count(*) FROM {table_name}").fetchone() == (100,)
+    missing = _copy(postgres15, [*cli_options(postgres15, "public.no_such_table"), "--output", str(tmp_path / "m")])
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [
+        "splitsource copy: option 'table': no table public.no_such_table in this database (as the login sees it)"]
+    on_a_row = _copy(postgres15, [*cli_options(postgres15, table_name, where="1 / (id - 50) <> 0"), "--output",
+                                  str(tmp_path / "row"), "--engine", "local", "--quiet"])
+    log = tmp_path / "row.checkpoint" / "splitsource-copy-error.log"
+    assert on_a_row.returncode == 1 and on_a_row.stderr.strip().splitlines() == [
+        "splitsource copy: reading split(s) range-0 failed: [libpq] Execution error [PGRES_FATAL_ERROR]: ERROR:  "
+        f"division by zero (details: {log})"], on_a_row.stderr
+    assert "division by zero" in log.read_text() and "Traceback" in log.read_text()
+
+
 def _killed_after_a_commit(server: PostgresServer, args: list[str], out: Path) -> None:
     """Run ``splitsource copy args`` and SIGKILL it once it has committed a batch into ``out`` (held where its
     second batch is planned)."""

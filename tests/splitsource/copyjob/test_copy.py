@@ -332,6 +332,20 @@ def test_root_cause_is_the_line_a_user_needs() -> None:
     assert root_cause(Exception("[CANNOT_OPEN] cannot open /x\n\tat org.apache.Foo")) == "[CANNOT_OPEN] cannot open /x"
 
 
+def test_a_failure_is_told_in_its_first_line_and_logged_whole(tmp_path: Path) -> None:
+    """A driver's message carries the query and a caret line after its first: the error is the first line, with
+    where the whole text went."""
+    from splitsource._fs import locate
+    from splitsource.copyjob._failures import failure
+
+    driver = ("reading split(s) range-0 failed: ERROR:  syntax error at or near \"=\"\nLINE 1: ...WHERE (a = = 1)\n"
+              "                  ^\n\nQuery was: SELECT a FROM t WHERE (a = = 1)")
+    error = failure(driver, "the stacks\n" + driver, locate(str(tmp_path)))
+    log = tmp_path / "splitsource-copy-error.log"
+    assert str(error) == f'reading split(s) range-0 failed: ERROR:  syntax error at or near "=" (details: {log})'
+    assert log.read_text() == "the stacks\n" + driver
+
+
 def test_copy_is_handed_an_engine_object_and_closes_it(tmp_path: Path) -> None:
     """An engine is an object with one small interface (name, check_storage, run, close): copy() runs the one it
     is handed, as it runs the one it names, and closes it at the end, failed or not."""
