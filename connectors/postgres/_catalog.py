@@ -37,7 +37,8 @@ import pyarrow as pa
 from connectors.postgres._options import MAX_DECIMAL_PRECISION, decimal_precision
 from splitsource import OptionsError, SplitSourceError
 
-__all__ = ["Column", "PostgresConnectionError", "Table", "describe", "described", "ident", "literal", "session_options"]
+__all__ = ["Column", "PostgresConnectionError", "Table", "describe", "described", "ident", "literal", "server_words",
+           "session_options"]
 
 # base type name -> Arrow type, for the types read natively
 _NATIVE: dict[str, pa.DataType] = {
@@ -92,6 +93,14 @@ def session_options(lc_monetary: str = "") -> str:
     if lc_monetary:
         options += " -c lc_monetary=" + lc_monetary.replace("\\", "\\\\").replace(" ", "\\ ")
     return options
+
+
+def server_words(exc: BaseException) -> str:
+    """What the server said in a driver's error: the first line after libpq's ``ERROR:`` (the driver's and libpq's
+    prefixes, the query and the caret line left out), or the error's first line."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    first = lines[0] if lines else type(exc).__name__
+    return first.partition("ERROR:")[2].strip() or first
 
 
 def ident(name: str) -> str:
@@ -190,7 +199,13 @@ class Table:
 def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: str = "") -> Table:
     """Describe ``table`` over ``conn`` (a :class:`~connectors.postgres._session.Connection`): its columns
     (``columns``: a comma-separated subset; ``text_columns``: read as text), its key and its relations."""
-    found = conn.row("SELECT to_regclass(%s)::oid::int8, to_regclass(%s)::text", table, table)
+    try:
+        found = conn.row("SELECT to_regclass(%s)::oid::int8, to_regclass(%s)::text", table, table)
+    except Exception as exc:  # the driver's: a session lost is an OperationalError, any other error is the name's
+        if type(exc).__name__ == "OperationalError":
+            raise
+        raise PostgresLoginError(f"option 'table': PostgreSQL cannot take {table!r} for a table's name: "
+                                 f"{server_words(exc)}") from None
     if found[0] is None:
         raise PostgresLoginError(f"option 'table': no table {table} in this database (as the login sees it)")
     oid, qualified = found

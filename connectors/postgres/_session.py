@@ -13,7 +13,7 @@ import pyarrow as pa
 from connectors.postgres._catalog import PostgresConnectionError, PostgresLoginError, literal, session_options
 from connectors.postgres._options import PostgresOptions, conninfo
 
-__all__ = ["Connection", "connect", "login_error", "one_line", "sqlstate", "transient"]
+__all__ = ["Connection", "connect", "driver_error", "login_error", "one_line", "transient"]
 
 # the most bytes of Arrow the driver puts in one batch: above a page's, so a page comes in one batch, used as it is
 BATCH_BYTES = 1 << 30
@@ -85,16 +85,36 @@ def errors_in_one_line(options: PostgresOptions) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if not _driver_error(exc):
+        if not driver_error(exc):
             raise
         raise login_error(exc, options) from None
 
 
-def _driver_error(exc: BaseException) -> bool:
+def driver_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of the drivers' own errors (ADBC's; psycopg's, where it is loaded)."""
     import adbc_driver_manager
 
     psycopg = sys.modules.get("psycopg")
     return isinstance(exc, adbc_driver_manager.Error) or psycopg is not None and isinstance(exc, psycopg.Error)
+
+
+# libpq's words for a session that ended under a query: the server closed it (terminated, crashed, restarting), or
+# the network did
+_SESSION_LOST = ("FATAL:", "server closed the connection", "could not receive data from server",
+                 "no connection to the server", "connection to server was lost", "SSL SYSCALL error")
+
+
+def _stream_error(exc: OSError) -> Exception:
+    """An error the driver met while a query's rows streamed (the query runs as ``COPY``, whose failure comes there,
+    not from its execution) as the driver's own error class, which pyarrow's stream loses: an ``OperationalError``
+    (retried: :func:`transient`) for a lost session, a ``DatabaseError`` for anything else (a division by zero on
+    some row, a cancel); libpq's message is kept, and with it no SQLSTATE (the stream carries none)."""
+    import adbc_driver_manager
+
+    text = str(exc)
+    if any(words in text for words in _SESSION_LOST):
+        return adbc_driver_manager.OperationalError(text, status_code=adbc_driver_manager.AdbcStatusCode.IO)
+    return adbc_driver_manager.DatabaseError(text, status_code=adbc_driver_manager.AdbcStatusCode.UNKNOWN)
 
 
 # a process's ADBC databases, by connection string: the driver logs in once when it opens a database (and closes that
@@ -169,7 +189,10 @@ class Connection:
         ``BATCH_BYTES``), else the driver's batches copied into one."""
         self._statement.set_sql_query(sql)
         stream, _ = self._statement.execute_query()
-        result = pa.RecordBatchReader.from_stream(stream).read_all()
+        try:
+            result = pa.RecordBatchReader.from_stream(stream).read_all()
+        except OSError as exc:
+            raise _stream_error(exc) from None
         batches = result.to_batches()
         if len(batches) == 1:
             return batches[0]

@@ -19,12 +19,13 @@ from connectors.postgres._catalog import (
     described,
     ident,
     literal,
+    server_words,
     session_options,
 )
 from connectors.postgres._options import PostgresOptions, conninfo
 from connectors.postgres._plan import BLOCK, Plan
 from connectors.postgres._reader import ROWS_PER_BLOCK, Changed, count_changed, page, read_keys, session
-from connectors.postgres._session import Connection, connect, errors_in_one_line, one_line, sqlstate, transient
+from connectors.postgres._session import Connection, connect, driver_error, errors_in_one_line, transient
 from splitsource import Changes, KeyRange, KeyRangeSource, OptionsError, Predicate
 
 __all__ = ["PostgresSource"]
@@ -273,11 +274,10 @@ def _check_where(conn: Connection, table: Table, where: str) -> None:
         # prepared, as every query of the driver is, so one statement alone; LIMIT 0 reads no row
         conn.query(f"SELECT 1 FROM {table.qualified} WHERE ({where}) LIMIT 0")
     except Exception as exc:
-        if sqlstate(exc) is None or transient(exc):
-            raise  # the server said nothing of the condition: errors_in_one_line tells what happened
-        words = one_line(exc)
-        raise OptionsError(f"option 'where': PostgreSQL refuses {where!r} on {table.label}: "
-                           f"{words.partition('ERROR:')[2].strip() or words}") from None
+        if not driver_error(exc) or transient(exc):
+            raise  # a lost session, not the condition: errors_in_one_line tells what happened
+        raise OptionsError(f"option 'where': PostgreSQL refuses {where!r} on {table.label}: {server_words(exc)}"
+                           ) from None
 
 
 def _psycopg(options: PostgresOptions) -> Any:

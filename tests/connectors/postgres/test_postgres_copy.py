@@ -266,9 +266,9 @@ def test_wrong_password_and_missing_privilege_are_one_line(postgres15: PostgresS
 
 def test_a_where_the_server_cannot_run_and_a_table_it_does_not_hold_are_one_line(
         postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:
-    """A bad value of option ``where`` or ``table`` is refused with exit 2, in one line with the server's words,
-    before anything is claimed; a condition that fails only on a row fails the copy (exit 1) in one line too, the
-    driver's query and caret in the error log; and no condition runs more than itself."""
+    """A bad value of option ``where`` or ``table`` (none such, or no name) is refused with exit 2, in one line with
+    the server's words, before anything is claimed; a condition that fails only on a row fails the copy (exit 1)
+    in one line too, the driver's query and caret in the error log; and no condition runs more than itself."""
     make_events(postgres15, table_name, 100)
     cases = {"syntax": ("name = = 1", 'syntax error at or near "="'),
              "column": ("nope > 1", 'column "nope" does not exist'),
@@ -288,6 +288,11 @@ def test_a_where_the_server_cannot_run_and_a_table_it_does_not_hold_are_one_line
     missing = _copy(postgres15, [*cli_options(postgres15, "public.no_such_table"), "--output", str(tmp_path / "m")])
     assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [
         "splitsource copy: option 'table': no table public.no_such_table in this database (as the login sees it)"]
+    named = _copy(postgres15, [*cli_options(postgres15, f"{table_name}; DROP TABLE {table_name}"), "--output",
+                               str(tmp_path / "n")])
+    assert named.returncode == 2 and named.stderr.strip().splitlines() == [
+        f"splitsource copy: option 'table': PostgreSQL cannot take '{table_name}; DROP TABLE {table_name}' for a "
+        "table's name: invalid name syntax"], named.stderr
     on_a_row = _copy(postgres15, [*cli_options(postgres15, table_name, where="1 / (id - 50) <> 0"), "--output",
                                   str(tmp_path / "row"), "--engine", "local", "--quiet"])
     log = tmp_path / "row.checkpoint" / "splitsource-copy-error.log"

@@ -388,6 +388,50 @@ def test_errors_a_retry_may_cure_are_told_from_those_it_cannot(postgres15: Postg
     assert source.is_transient(reset)
 
 
+def test_a_backend_ended_while_its_page_streams_is_retried_and_the_page_read_again(postgres15: PostgresServer,
+                                                                                  table_name: str) -> None:
+    """pg_terminate_backend while a page's query runs (it sleeps 1 s on the server before its rows): the driver
+    raises that from the rows' stream (the query runs as ``COPY``), where pyarrow gives it as a plain OSError. The
+    connector tells it transient, as it does a session lost between queries, and the next fetch reads the page
+    again in a new session at the run's snapshot: each row once."""
+    import threading
+
+    make_events(postgres15, table_name, 10)
+    source = PostgresSource(options(postgres15, table_name, page_rows="5", split_size_mb="1",
+                                    where="(SELECT pg_sleep(1)) IS NOT NULL"))
+    enumerator, split = first_split(source)
+    reader = source.create_split_reader()
+    reader.add_splits([split])
+    terminated: list[bool] = []
+
+    def terminate() -> None:  # the page's query, once the server runs it
+        with postgres15.connect() as admin:
+            deadline = time.monotonic() + 60
+            while not terminated and time.monotonic() < deadline:
+                found = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'active' "
+                                      "AND query LIKE '%pg_sleep%ORDER BY%' AND pid <> pg_backend_pid()").fetchall()
+                terminated.extend(r[0] for r in found if r[0])
+                time.sleep(0.01)
+
+    killer = threading.Thread(target=terminate)
+    killer.start()
+    with pytest.raises(Exception) as caught:
+        reader.fetch()
+    killer.join(60)
+    assert terminated, "no page query was terminated: the test proves nothing"
+    assert "PQgetCopyData" in str(caught.value) or "terminating connection" in str(caught.value), caught.value
+    assert source.is_transient(caught.value), repr(caught.value)
+    rows: list[int] = []
+    while True:
+        got = reader.fetch()
+        rows += [i for _, (page, _) in got.batches for i in page.column("id").to_pylist()]
+        if got.finished:
+            break
+    reader.close()
+    enumerator.close()
+    assert sorted(rows) == sorted(expected_events(10))
+
+
 def test_only_the_servers_word_that_a_snapshot_is_gone_is_taken_for_it(postgres15: PostgresServer,
                                                                       table_name: str) -> None:
     """What the real server answers ``SET TRANSACTION SNAPSHOT`` for a snapshot whose exporting transaction ended,
