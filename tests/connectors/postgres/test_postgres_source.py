@@ -390,15 +390,16 @@ def test_errors_a_retry_may_cure_are_told_from_those_it_cannot(postgres15: Postg
 
 def test_a_backend_ended_while_its_page_streams_is_retried_and_the_page_read_again(postgres15: PostgresServer,
                                                                                   table_name: str) -> None:
-    """pg_terminate_backend while a page's query runs (it sleeps 1 s on the server before its rows): the driver
-    raises that from the rows' stream (the query runs as ``COPY``), where pyarrow gives it as a plain OSError. The
-    connector tells it transient, as it does a session lost between queries, and the next fetch reads the page
-    again in a new session at the run's snapshot: each row once."""
+    """pg_terminate_backend while a page's query runs (it sleeps 3 s on the server before its rows, long enough for
+    the test's poll to find it however loaded the machine): the driver raises that from the rows' stream (the query
+    runs as ``COPY``), where pyarrow gives it as a plain OSError. The connector tells it transient, as it does a
+    session lost between queries, and the next fetch reads the page again in a new session at the run's snapshot:
+    each row once."""
     import threading
 
     make_events(postgres15, table_name, 10)
-    source = PostgresSource(options(postgres15, table_name, page_rows="5", split_size_mb="1",
-                                    where="(SELECT pg_sleep(1)) IS NOT NULL"))
+    source = PostgresSource(options(postgres15, table_name, page_rows="20", split_size_mb="1",
+                                    where="(SELECT pg_sleep(3)) IS NOT NULL"))
     enumerator, split = first_split(source)
     reader = source.create_split_reader()
     reader.add_splits([split])
