@@ -54,7 +54,12 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
     @functools.cached_property
     def _columns(self) -> list[tuple[str, str, pa.DataType]]:
         with closing(self.connect()) as db:
-            found = db.execute("SELECT name, type FROM pragma_table_info(?)", [self.options.table]).fetchall()
+            try:
+                found = db.execute("SELECT name, type FROM pragma_table_info(?)", [self.options.table]).fetchall()
+            except sqlite3.DatabaseError as exc:  # the file's first query: not a database, or a damaged one
+                if isinstance(exc, sqlite3.OperationalError):  # locked, busy: not the option's fault
+                    raise
+                raise OptionsError(f"connector 'sqlite': option 'file': {self.options.file}: {exc}") from None
         if not found:
             raise OptionsError(f"connector 'sqlite': no table {self.options.table!r} in {self.options.file}")
         return [_column(name, declared) for name, declared in found]
