@@ -17,6 +17,8 @@ How a page runs, as a user would run it from the root of a clone with the virtua
 - A block followed by an ``output`` block (only blank lines between) must print those lines: each shown line
   matches one printed line, in order (printed lines between them are allowed); ``...`` in a shown line matches any
   text, which is how a page marks timings and counts as variable.
+- A bash block that fails (or times out) before its own ``python scripts/<server>.py stop ...`` lines has those
+  lines run after it, so that a failed page leaves no server behind on its port.
 - A block right after the comment ``<!-- not run: <what it needs> -->`` is not run; the runner counts and prints
   them, and tests/test_docs.py keeps them to a handful, each with its reason.
 """
@@ -37,6 +39,9 @@ LINKED = (".venv", "scripts", "bench")  # what a page's commands may use of the 
 FENCE = re.compile(r"^```([A-Za-z]*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 NOT_RUN = re.compile(r"<!--\s*not run:\s*(.*?)\s*-->\s*\Z", re.DOTALL)
 BLOCK_TIMEOUT_S = 900
+# a block's own lines that stop a server it started (scripts/postgres.py, s3server.py, iceberg_rest.py, ...): run
+# again when the block fails before them, so a failed page leaves no server on its port for the next run
+STOP_LINE = re.compile(r"^[ \t]*python scripts/\w+\.py stop\b.*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -105,9 +110,16 @@ class Page:
         self.log = self.scratch.parent / f"{self.scratch.name}.python.log"
 
     def bash(self, source: str) -> tuple[bool, str]:
-        result = subprocess.run(["bash", "-euo", "pipefail", "-c", source], cwd=self.scratch, env=self.env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=BLOCK_TIMEOUT_S)
-        return result.returncode == 0, result.stdout.decode(errors="replace")
+        ok, printed = False, ""
+        try:
+            result = subprocess.run(["bash", "-euo", "pipefail", "-c", source], cwd=self.scratch, env=self.env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=BLOCK_TIMEOUT_S)
+            ok, printed = result.returncode == 0, result.stdout.decode(errors="replace")
+        finally:
+            for stop in [] if ok else STOP_LINE.findall(source):  # what it started, stopped all the same
+                subprocess.run(["bash", "-c", stop], cwd=self.scratch, env=self.env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=120, check=False)
+        return ok, printed
 
     def python(self, kind: str, source: str) -> tuple[bool, str]:
         if self.kernel is None:

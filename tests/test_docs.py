@@ -7,8 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+from scripts.spark_standalone import free_port
 from tests.docs_runner import blocks, unmatched
 from tests.fixtures import ROOT
 
@@ -38,20 +40,33 @@ def test_a_broken_command_or_a_wrong_output_fails_the_page(tmp_path: Path) -> No
     shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
     for name in (".venv", "scripts", "bench"):
         (tmp_path / name).symlink_to(ROOT / name)
+    # a server the page starts, outside pytest's directories (which PostgreSQL's user cannot enter)
+    port, pg = free_port(), Path(tempfile.mkdtemp(prefix="splitsource-docs-runner-pg-"))
     page = tmp_path / "docs" / "broken.md"
     page.parent.mkdir()
     page.write_text("# A page\n\n```bash\necho fine\n```\n\n```output\nfine\n```\n\n"
                     "```bash\nsplitsource copy --connector generator --rows 10 --output out\n```\n\n"
                     "```python\nprint(6 * 7)\n```\n\n```output\n41\n```\n\n"
-                    "<!-- not run: needs a cloud bucket that CI does not have -->\n```bash\nexit 1\n```\n")
+                    "<!-- not run: needs a cloud bucket that CI does not have -->\n```bash\nexit 1\n```\n\n"
+                    f"```bash\neval \"$(python scripts/postgres.py start --version 15 --dir {pg} --port {port})\"\n"
+                    f"false\npython scripts/postgres.py stop --dir {pg}\n```\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["CASSANDRA_HOSTS"] = "127.0.0.1"  # the page reads no Cassandra: the session's node fixture starts none
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir",
-                             str(tmp_path), "-c", "/dev/null", "docs/broken.md"], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=600, env=env)
+    try:
+        result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir",
+                                 str(tmp_path), "-c", "/dev/null", "docs/broken.md"], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=600, env=env)
+        stopped = not (pg / "data" / "postmaster.pid").exists()
+    finally:
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "postgres.py"), "stop", "--dir", str(pg)],
+                       capture_output=True, timeout=120, check=False)
+        shutil.rmtree(pg, ignore_errors=True)
     out = result.stdout
     assert result.returncode == 1, out[-3000:]
-    assert "2 failed, 1 passed" in out, out[-3000:]
+    assert "3 failed, 1 passed" in out, out[-3000:]
     assert "unrecognized arguments: --rows" in out  # the failing command's own words
     assert "did not print the page's line '41'" in out
     assert "docs: 1 blocks not run" in out and "needs a cloud bucket" in out
+    # the block that started a server and failed before its stop line: the runner stopped it
+    assert "initdb" not in out, out[-3000:]  # the server started, and the block failed after it
+    assert stopped, "the page's server still runs after its block failed"
