@@ -388,6 +388,22 @@ def test_errors_a_retry_may_cure_are_told_from_those_it_cannot(postgres15: Postg
     assert source.is_transient(reset)
 
 
+def _slow_pages(server: PostgresServer, table_name: str, page_rows: str) -> PostgresSource:
+    """A source over 10 rows whose every page query sleeps 3 s on the server before its rows (a ``where`` with an
+    uncorrelated pg_sleep, run once a query)."""
+    make_events(server, table_name, 10)
+    return PostgresSource(options(server, table_name, page_rows=page_rows, split_size_mb="1",
+                                  where="(SELECT pg_sleep(3)) IS NOT NULL"))
+
+
+def _reading(source: PostgresSource) -> tuple[Any, Any]:
+    """``source``'s enumerator, started, and a split reader holding its first split."""
+    enumerator, split = first_split(source)
+    reader = source.create_split_reader()
+    reader.add_splits([split])
+    return enumerator, reader
+
+
 def test_a_backend_ended_while_its_page_streams_is_retried_and_the_page_read_again(postgres15: PostgresServer,
                                                                                   table_name: str) -> None:
     """pg_terminate_backend while a page's query runs (it sleeps 3 s on the server before its rows, long enough for
@@ -397,12 +413,8 @@ def test_a_backend_ended_while_its_page_streams_is_retried_and_the_page_read_aga
     each row once."""
     import threading
 
-    make_events(postgres15, table_name, 10)
-    source = PostgresSource(options(postgres15, table_name, page_rows="20", split_size_mb="1",
-                                    where="(SELECT pg_sleep(3)) IS NOT NULL"))
-    enumerator, split = first_split(source)
-    reader = source.create_split_reader()
-    reader.add_splits([split])
+    source = _slow_pages(postgres15, table_name, "20")
+    enumerator, reader = _reading(source)
     terminated: list[bool] = []
 
     def terminate() -> None:  # the page's query, once the server runs it
@@ -479,9 +491,7 @@ def test_wake_up_cancels_a_page_the_server_is_slow_to_give(postgres15: PostgresS
     query (libpq's cancel, through the driver) and the next fetch reads the page again, in the run's snapshot."""
     import time
 
-    make_events(postgres15, table_name, 10)
-    source = PostgresSource(options(postgres15, table_name, page_rows="5", split_size_mb="1",
-                                    where="(SELECT pg_sleep(3)) IS NOT NULL"))
+    source = _slow_pages(postgres15, table_name, "5")
     started = time.monotonic()
     testing.check_wake_up_resume(source)
     assert time.monotonic() - started > 3, "no page query slept: the test proves nothing"
@@ -600,12 +610,8 @@ def test_a_wake_up_that_reaches_the_server_before_the_query_still_cancels_it(
 
     from connectors.postgres import _session
 
-    make_events(postgres15, table_name, 10)
-    source = PostgresSource(options(postgres15, table_name, page_rows="5", split_size_mb="1",
-                                    where="(SELECT pg_sleep(3)) IS NOT NULL"))
-    enumerator, split = first_split(source)
-    reader = source.create_split_reader()
-    reader.add_splits([split])
+    source = _slow_pages(postgres15, table_name, "5")
+    enumerator, reader = _reading(source)
     sending, cancels = threading.Event(), []
     query, cancel = _session.Connection.query, _session.Connection.cancel
 
