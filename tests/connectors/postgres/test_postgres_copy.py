@@ -186,12 +186,14 @@ def test_readers_terminated_while_writers_run_stay_at_the_runs_instant(postgres1
 
 def test_a_killed_backend_resumes_mid_split(postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:
     """pg_terminate_backend on every reader's session while the copy runs: the readers connect again, import the
-    run's snapshot and resume their splits; every row once."""
+    run's snapshot and resume their splits; every row once. The copy reads for 2 s at least
+    (--max-rows-per-second), so that a fast machine does not end it before the first termination."""
     make_events(postgres15, table_name, 40_000)
     out = tmp_path / "out"
     proc = subprocess.Popen([*CLI, "copy", *cli_options(postgres15, table_name, split_size_mb="0.2",
                                                           page_rows="200"),
-                             "--output", str(out), "--engine", "local", "--workers", "2", "--quiet"],
+                             "--output", str(out), "--engine", "local", "--workers", "2", "--quiet",
+                             "--max-rows-per-second", "20000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=postgres15.run_env())
     killed = 0
     with postgres15.connect() as conn:
