@@ -525,6 +525,17 @@ def stop(root: Path, sig: int = signal.SIGTERM) -> None:
         stop_node(Node(int(home.name[4:]), root), sig=sig)
 
 
+def create_schema(session: Any, *statements: str, timeout: float = 120.0) -> None:
+    """Run the schema ``statements`` through a driver session, then wait until every live node agrees on the schema,
+    up to ``timeout``: the driver waits 10 s after each (``max_schema_agreement_wait``) and then goes on, and on a
+    loaded machine a two-node ring took longer, so that an insert met a node without the table
+    (``INCOMPATIBLE_SCHEMA``). Needs the cassandra-driver package, unlike the rest of this script."""
+    for statement in statements:
+        session.execute(statement)
+    if not session.cluster.control_connection.wait_for_schema_agreement(wait_time=timeout):
+        raise RuntimeError(f"the nodes did not agree on the schema within {timeout:.0f} s")
+
+
 def insert_rows(session: Any, insert: Any, rows: Iterable[Sequence[Any]], consistency: Any = None) -> None:
     """Every row through the prepared ``insert`` (a driver session's), in unlogged batches of 32 (under Cassandra's
     5 KiB batch warning for the tests' and the demo's rows): a request per row costs the driver and the node five

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from connectors.cassandra import CassandraSource
-from scripts.cassandra import insert_rows
+from scripts.cassandra import create_schema, insert_rows
 from splitsource.runtime import InProcessRuntime, RetryPolicy, read_local
 from tests.fixtures import wait_for
 
@@ -65,24 +65,26 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
             stop(root)
             pytest.fail(f"the two-node test cluster did not start: {exc}", pytrace=False)
     ring = Ring(root)
-    wait_until_every_node_serves(ring)
-    cluster, session = ring.session()
-    try:
-        session.execute(f"DROP KEYSPACE IF EXISTS {KS}")
-        session.execute(f"CREATE KEYSPACE {KS} WITH replication = {{'class': 'SimpleStrategy', "
-                        "'replication_factor': 1}")
-        session.execute(f"CREATE TABLE {KS}.events (id bigint PRIMARY KEY, kind text, payload blob)")
-        insert = session.prepare(f"INSERT INTO {KS}.events (id, kind, payload) VALUES (?, ?, ?)")
-        args = [(i, f"k{i % 13}", i.to_bytes(8, "big") * 8) for i in range(ROWS)]
-        insert_rows(session, insert, args)
+    try:  # a setup that fails stops the ring too: else its nodes outlive the suite, on their addresses
+        wait_until_every_node_serves(ring)
+        cluster, session = ring.session()
+        try:
+            create_schema(session, f"DROP KEYSPACE IF EXISTS {KS}",
+                          f"CREATE KEYSPACE {KS} WITH replication = "
+                          "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+                          f"CREATE TABLE {KS}.events (id bigint PRIMARY KEY, kind text, payload blob)")
+            insert = session.prepare(f"INSERT INTO {KS}.events (id, kind, payload) VALUES (?, ?, ?)")
+            args = [(i, f"k{i % 13}", i.to_bytes(8, "big") * 8) for i in range(ROWS)]
+            insert_rows(session, insert, args)
+        finally:
+            cluster.shutdown()
+        for index in range(FIRST, FIRST + NODES):
+            ring.nodetool(index, "flush", KS)
+            ring.nodetool(index, "refreshsizeestimates")
+        yield ring
     finally:
-        cluster.shutdown()
-    for index in range(FIRST, FIRST + NODES):
-        ring.nodetool(index, "flush", KS)
-        ring.nodetool(index, "refreshsizeestimates")
-    yield ring
-    if not reuse:
-        stop(root, sig=signal.SIGKILL)  # throwaway data: no need to wait for a clean drain
+        if not reuse:
+            stop(root, sig=signal.SIGKILL)  # throwaway data: no need to wait for a clean drain
 
 
 def wait_until_every_node_serves(ring: Ring, timeout: float = 120.0) -> None:

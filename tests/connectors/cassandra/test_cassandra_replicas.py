@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow.dataset as ds
 import pytest
 
-from scripts.cassandra import insert_rows
+from scripts.cassandra import create_schema, insert_rows
 from tests.connectors.cassandra.hung_port import HungPort
 from tests.fixtures import ROOT
 
@@ -152,9 +152,9 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ring]:
             while sorted(r[0] for r in session.execute("SELECT data_center FROM system.peers")) != ["dc1", "dc2"]:
                 assert time.monotonic() < deadline, "node 33 never learned the other nodes' data centres"
                 time.sleep(0.2)
-            session.execute(f"CREATE KEYSPACE {KS} WITH replication = {{'class': 'NetworkTopologyStrategy', "
-                            "'dc1': 2, 'dc2': 1}")
-            session.execute(f"CREATE TABLE {KS}.{TABLE} (id bigint PRIMARY KEY, payload blob)")
+            create_schema(session, f"CREATE KEYSPACE {KS} WITH replication = {{'class': 'NetworkTopologyStrategy', "
+                                   "'dc1': 2, 'dc2': 1}",
+                          f"CREATE TABLE {KS}.{TABLE} (id bigint PRIMARY KEY, payload blob)")
             insert = session.prepare(f"INSERT INTO {KS}.{TABLE} (id, payload) VALUES (?, ?)")
             # every replica holds every row before one is lost
             insert_rows(session, insert, [(i, i.to_bytes(8, "big") * 25) for i in range(ROWS)], ConsistencyLevel.ALL)
