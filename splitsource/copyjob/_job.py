@@ -223,8 +223,14 @@ class Copy:
         if self.changes is Changes.UPSERTS and self.sink.table_format != "none" and self.sink.bucketer != "none":
             raise OptionsError(f"--incremental into a {self.sink.table_format} table applies each run's rows by key, "
                                "into a table without partitions: leave out the bucketer")
-        if self.changes is Changes.UPSERTS and settings.deletes:
-            RunDeletes.check(self.source.key_columns(), self.sink)
+        if self.changes is Changes.UPSERTS:
+            left_out = [k for k in self.source.key_columns() if k not in self.schema.names]
+            if left_out:  # refused before the first run: a later one could not apply its rows
+                raise OptionsError(f"--incremental applies each run's rows by the source's key "
+                                   f"({', '.join(self.source.key_columns())}), but the columns read leave out "
+                                   f"{', '.join(left_out)}: read it too (option 'columns')")
+            if settings.deletes:
+                RunDeletes.check(self.source.key_columns(), self.sink)
         self.committer = self.sink.committer(self.output)
         # an incremental copy's table gets each run as one commit, at the run's end (run_engine)
         self.committer.run_at_once = self.changes is not None and self.committer.table is not None

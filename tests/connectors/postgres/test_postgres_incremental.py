@@ -379,6 +379,21 @@ def test_deleted_rows_leave_the_output_in_their_run(postgres: PostgresServer, ta
         assert _newest(out) == _truth(server, table_name)
 
 
+def test_a_key_the_columns_leave_out_is_refused_before_the_first_run(postgres15: PostgresServer, table_name: str,
+                                                                     tmp_path: Path) -> None:
+    """Each run after the first applies its rows by the key: a read without it is refused at once, naming the column,
+    before a full copy the next run could not build on (it failed there with a KeyError, exit 1)."""
+    make_events(postgres15, table_name, 10)
+    out = tmp_path / "out"
+    done = subprocess.run([*CLI, "copy", *cli_options(postgres15, table_name, columns="name,score"), "--output",
+                           str(out), "--incremental", "--engine", "local"], capture_output=True, text=True,
+                          timeout=300, env=postgres15.run_env())
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("splitsource copy: --incremental applies each run's rows by the source's key (id), but the "
+                           "columns read leave out id: read it too (option 'columns')\n")
+    assert not out.exists() and not Path(f"{out}.checkpoint").exists()
+
+
 def test_a_table_without_a_key_and_a_partitioned_table_output_are_refused_in_one_line(postgres15: PostgresServer,
                                                                           table_name: str, tmp_path: Path) -> None:
     with postgres15.connect() as conn:
