@@ -53,15 +53,25 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
 
     @functools.cached_property
     def _columns(self) -> list[tuple[str, str, pa.DataType]]:
+        table = self.options.table
         with closing(self.connect()) as db:
             try:
-                found = db.execute("SELECT name, type FROM pragma_table_info(?)", [self.options.table]).fetchall()
+                found = db.execute("SELECT name, type FROM pragma_table_info(?)", [table]).fetchall()
+                kind = db.execute("SELECT type FROM sqlite_master WHERE name = ? COLLATE NOCASE", [table]).fetchone()
             except sqlite3.DatabaseError as exc:  # the file's first query: not a database, or a damaged one
                 if isinstance(exc, sqlite3.OperationalError):  # locked, busy: not the option's fault
                     raise
                 raise OptionsError(f"connector 'sqlite': option 'file': {self.options.file}: {exc}") from None
+            if found and kind == ("table",):
+                try:
+                    db.execute(f"SELECT rowid FROM {_quote(table)} LIMIT 0")
+                except sqlite3.OperationalError:  # no such column
+                    kind = ("WITHOUT ROWID table",)
         if not found:
-            raise OptionsError(f"connector 'sqlite': no table {self.options.table!r} in {self.options.file}")
+            raise OptionsError(f"connector 'sqlite': no table {table!r} in {self.options.file}")
+        if kind not in (("table",), None):  # a view's rowids are nulls: it would read as empty
+            raise OptionsError(f"connector 'sqlite': option 'table': {table} is a {kind[0]}, which has no rowid to "
+                               "read it in ranges of: copy a rowid table")
         return [_column(name, declared) for name, declared in found]
 
     def schema(self) -> pa.Schema:
