@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,7 +226,7 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
                           "ON n.oid = c.relnamespace WHERE c.oid = %s::oid", oid)[0],
         "qualified": qualified,
         "columns": [list(r) for r in rows],
-        "key": list(_key(conn, oid)),
+        "keys": _keys(conn, oid),
         "relations": [r[0] for r in leaves] or [qualified],
     }
     # in one round trip: the server's version; a money value's number of fractional digits (its locale's) and that
@@ -269,7 +268,9 @@ def _table(name: str, catalog: dict[str, Any], text: str, columns: str, text_col
         raise OptionsError(f"connector 'postgres': {name} has no column {', '.join(unknown)}; it has "
                            f"{', '.join(every)}")
     chosen = tuple(every[n] for n in _names(columns)) if columns else tuple(every.values())
-    key = tuple(every[n] for n in catalog["key"] if every[n].base in _KEY_TYPES)
+    # the first whose columns are all of key types: a unique index less a column is no key (its rows repeat)
+    key = next((tuple(every[n] for n in names) for names in catalog["keys"]
+                if all(every[n].base in _KEY_TYPES for n in names)), ())
     return Table(catalog["label"], catalog["qualified"], chosen, key, tuple(catalog["relations"]),
                  int(catalog["version"]), text, lc_monetary, tuple(catalog["origin"]),
                  int(catalog.get("row_bytes", 100)))
@@ -337,9 +338,9 @@ def _column(name: str, type_name: str, domain_of: str | None, base: str, nullabl
     return Column(name, type_name, base, native, ident(name), nullable, uuid)
 
 
-def _key(conn: Any, oid: int) -> Sequence[str]:
-    """The columns of the primary key, else of the narrowest unique index on not-null columns (no expression, no
-    predicate); () when there is none."""
+def _keys(conn: Any, oid: int) -> list[list[str]]:
+    """The column lists that may key the table, best first: the primary key's, then each unique index's on not-null
+    columns (no expression, no predicate), narrowest first."""
     rows = conn.rows(
         """SELECT array_agg(a.attname::text ORDER BY k.ord), bool_and(a.attnotnull), i.indisprimary
            FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
@@ -347,7 +348,4 @@ def _key(conn: Any, oid: int) -> Sequence[str]:
            WHERE i.indrelid = %s::oid AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
            GROUP BY i.indexrelid, i.indisprimary ORDER BY i.indisprimary DESC, count(*), i.indexrelid""",
         oid)
-    for names, not_null, _ in rows:
-        if not_null:
-            return list(names)
-    return ()
+    return [list(names) for names, not_null, _ in rows if not_null]

@@ -40,8 +40,9 @@ class PostgresOptions:
                                   "server's text); a value it cannot hold exactly is refused, never rounded. A "
                                   "numeric(p,s) column is read as decimal128(p,s) whatever this says",
                           parse=str.strip)
-    split_by: str = option("auto", doc="auto: key ranges when a primary key or unique not-null index leads with "
-                                       "an orderable column, else block ranges; key; blocks (ctid ranges)",
+    split_by: str = option("auto", doc="auto: key ranges when the primary key or a unique not-null index has "
+                                       "only columns of key types (integers, numeric, text, uuid, date, "
+                                       "timestamp), else block ranges; key; blocks (ctid ranges)",
                            choices=("auto", "key", "blocks"), parse=_split_by)
     split_size_mb: float = option(64.0, doc="target split size in MiB (of the table on disk)", minimum=0.01)
     page_rows: int = option(100_000, doc="most rows per fetch (a page of a key range)", minimum=1)

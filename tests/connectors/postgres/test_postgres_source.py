@@ -345,6 +345,29 @@ def test_split_by_key_on_a_table_without_one_is_refused(postgres15: PostgresServ
     enumerator.close()
 
 
+def test_a_key_with_a_column_of_no_key_type_gives_way_to_the_next_or_to_block_ranges(postgres15: PostgresServer,
+                                                                                      table_name: str) -> None:
+    """A primary key (id, flag) whose boolean is of no key type is no key: its id alone repeats, and a page that
+    ended between the two rows of one id resumed after both (it was taken as the key (id), and rows were lost). The
+    next unique index of key types is taken; without one, the table is read in block ranges. The kit, with the
+    inserted rows as the truth, reads every row once."""
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (id int8, flag bool, v int4 NOT NULL, PRIMARY KEY (id, flag))")
+        conn.execute(f"INSERT INTO {table_name} SELECT i / 2, i % 2 = 1, i FROM generate_series(0, 2999) i")
+        conn.execute(f"ANALYZE {table_name}")
+    truth = pa.table({"id": pa.array([i // 2 for i in range(3000)], pa.int64()),
+                      "flag": [i % 2 == 1 for i in range(3000)], "v": pa.array(range(3000), pa.int32())})
+    source = PostgresSource(options(postgres15, table_name, page_rows="7", page_mb="0.01", split_size_mb="0.02"))
+    assert source.key_columns() == [] and source.by_blocks
+    testing.check_all(source, expected=truth)
+    with postgres15.connect() as conn:
+        conn.execute(f"CREATE UNIQUE INDEX {table_name}_id_v ON {table_name} (id, v)")
+    source = PostgresSource(options(postgres15, table_name, page_rows="7", page_mb="0.01", split_size_mb="0.02"))
+    assert source.key_columns() == ["id", "v"] and not source.by_blocks
+    testing.check_all(source, expected=truth)
+
+
 def test_errors_a_retry_may_cure_are_told_from_those_it_cannot(postgres15: PostgresServer, table_name: str) -> None:
     """Each error the real server (or the lack of one) gives is classified: a refused or cut connection and a
     terminated backend are transient, a bad query and a wrong password are not; and a connection reset with no
@@ -580,7 +603,7 @@ def test_a_value_beyond_arrow_is_found_by_its_validity_and_offset() -> None:
     from connectors.postgres._catalog import _FIRST_TIMESTAMP_US, described
     from connectors.postgres._reader import _refuse_beyond_arrow
 
-    catalog = {"label": "public.t", "qualified": "t", "key": ["id"], "relations": ["t"], "version": 150000,
+    catalog = {"label": "public.t", "qualified": "t", "keys": [["id"]], "relations": ["t"], "version": 150000,
                "money": [2, "C"], "origin": ["1", "db"], "columns": [["id", "bigint", None, "int8", False],
                                               ["at", "timestamp with time zone", None, "timestamptz", True]]}
     table = described(json.dumps(catalog), "", "")
