@@ -279,6 +279,8 @@ class Copy:
             identity["schema"] = [f"{f.name}: {f.type}" for f in self.schema]  # ...nor its table's or runs' schema
         if self.changes:
             identity["incremental"] = True  # nor a copy's runs become incremental, or stop being
+        if self.changes is Changes.UPSERTS:
+            identity["key"] = list(self.source.key_columns())  # ...nor the key its runs are applied by
         origin = dict(source.origin())
         if origin:
             identity["origin"] = origin

@@ -210,7 +210,13 @@ def _check_same_copy(checkpoint: str, found: Mapping[str, Any], identity: Mappin
             f"checkpoint {checkpoint} was made reading {_origin_text(found.get('origin') or {})}, and this copy "
             f"reads {_origin_text(identity.get('origin') or {})}: resuming would mix two sources in one output; "
             "point the copy at the cluster it started from, or use another option 'checkpoint' and option 'output'")
-    differ = sorted(k for k in set(found) | set(identity) if k != "token" and found.get(k) != identity.get(k))
+    # a checkpoint from before the key was kept ("key") is not compared by it
+    differ = sorted(k for k in set(found) | set(identity) if k != "token" and found.get(k) != identity.get(k)
+                    and (k != "key" or k in found))
+    if "key" in differ:
+        raise CheckpointError(f"the source's key changed since this copy started, from ({', '.join(found['key'])}) "
+                              f"to ({', '.join(identity.get('key') or ())}): each run applies its rows by the key, "
+                              "and the output's rows were applied by the first; copy to a new path")
 
     def unshaped(which: Mapping[str, Any]) -> Any:  # a connector's identity without its table's shape
         inner = which.get("identity")

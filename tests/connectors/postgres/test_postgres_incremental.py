@@ -287,6 +287,31 @@ def test_a_column_added_since_the_last_run_is_refused_by_name(postgres15: Postgr
     assert "the source's columns changed since this copy started (region added)" in again.stderr, again.stderr
 
 
+def test_a_key_changed_since_the_last_run_is_refused_naming_both(postgres15: PostgresServer, table_name: str,
+                                                                 tmp_path: Path) -> None:
+    """A table keyed by a unique index whose key becomes (id, at): the files' rows were applied by id, so the next
+    run is refused, where it went on and the newest row of each id dropped every other row of that id."""
+    make_events(postgres15, table_name, 100)
+    with postgres15.connect() as conn:
+        conn.execute(f"ALTER TABLE {table_name} DROP CONSTRAINT {table_name}_pkey, ALTER COLUMN id SET NOT NULL, "
+                     "ALTER COLUMN at SET NOT NULL")
+        conn.execute(f"CREATE UNIQUE INDEX {table_name}_id ON {table_name} (id)")
+    out = tmp_path / "out"
+    _copy(postgres15, table_name, out)
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP INDEX {table_name}_id")
+        conn.execute(f"CREATE UNIQUE INDEX {table_name}_id_at ON {table_name} (id, at)")
+        conn.execute(f"INSERT INTO {table_name} (id, name, at) VALUES (1, 'again', '2030-01-01')")
+    again = subprocess.run([*CLI, "copy", *cli_options(postgres15, table_name), "--output", str(out),
+                            "--incremental", "--engine", "local"], capture_output=True, text=True, timeout=300,
+                           env=postgres15.run_env())
+    assert again.returncode == 1, again.stderr
+    assert again.stderr == ("splitsource copy: the source's key changed since this copy started, from (id) to "
+                            "(id, at): each run applies its rows by the key, and the output's rows were applied "
+                            "by the first; copy to a new path\n")
+    assert _run_ids(out, 2) == []
+
+
 @pytest.mark.usefixtures("pyiceberg_planner")
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_each_run_is_applied_to_a_table_by_key(postgres15: PostgresServer, table_name: str, tmp_path: Path,
