@@ -69,6 +69,13 @@ _KEY_TYPES = {"int2", "int4", "int8", "numeric", "text", "varchar", "bpchar", "u
               "timestamptz"}
 
 
+# the kinds of relation a copy reads (pg_class.relkind): a table, a partitioned table, a materialized view; and the
+# names of those it refuses
+_READ_KINDS = {"r", "p", "m"}
+_KINDS = {"v": "a view", "f": "a foreign table", "i": "an index", "I": "a partitioned index", "S": "a sequence",
+          "c": "a composite type", "t": "a TOAST table"}
+
+
 class PostgresConnectionError(SplitSourceError, ConnectionError):
     """PostgreSQL could not be reached, refused the login or a privilege, or has no such table. ``transient``: the
     server may answer a retry (it was unreachable, restarting or shutting down), as ``_session.transient`` decided
@@ -208,6 +215,12 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
     if found[0] is None:
         raise PostgresLoginError(f"option 'table': no table {table} in this database (as the login sees it)")
     oid, qualified = found
+    label, kind = conn.row("SELECT n.nspname || '.' || c.relname, c.relkind::text FROM pg_class c JOIN pg_namespace n "
+                           "ON n.oid = c.relnamespace WHERE c.oid = %s::oid", oid)
+    if kind not in _READ_KINDS:  # a view, a foreign table: no key, and no blocks of its own (no ctid)
+        raise PostgresLoginError(f"option 'table': {label} is {_KINDS.get(kind, 'no table')}, which has no rows of "
+                                 "its own to split by key or block: give a table, a partitioned table or a "
+                                 "materialized view (of it, say)")
     if not conn.row("SELECT has_table_privilege(%s::oid, 'SELECT')", oid)[0]:
         raise PostgresLoginError(f"PostgreSQL: permission denied for table {qualified}: the login needs SELECT on "
                                  "it (GRANT SELECT ON ... TO ...)")
@@ -222,8 +235,7 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
         """SELECT t.relid::regclass::text FROM pg_partition_tree(%s::oid) t JOIN pg_class c ON c.oid = t.relid
            WHERE t.isleaf AND c.relkind IN ('r', 'm', 'p') ORDER BY t.relid::regclass::text""", oid)
     catalog = {
-        "label": conn.row("SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n "
-                          "ON n.oid = c.relnamespace WHERE c.oid = %s::oid", oid)[0],
+        "label": label,
         "qualified": qualified,
         "columns": [list(r) for r in rows],
         "keys": _keys(conn, oid),

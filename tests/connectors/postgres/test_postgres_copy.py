@@ -269,9 +269,10 @@ def test_wrong_password_and_missing_privilege_are_one_line(postgres15: PostgresS
 
 def test_a_where_the_server_cannot_run_and_a_table_it_does_not_hold_are_one_line(
         postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:
-    """A bad value of option ``where`` or ``table`` (none such, or no name) is refused with exit 2, in one line with
-    the server's words, before anything is claimed; a condition that fails only on a row fails the copy (exit 1)
-    in one line too, the driver's query and caret in the error log; and no condition runs more than itself."""
+    """A bad value of option ``where`` or ``table`` (none such, a view, or no name) is refused with exit 2, in one
+    line with the server's words, before anything is claimed; a condition that fails only on a row fails the copy
+    (exit 1) in one line too, the driver's query and caret in the error log; and no condition runs more than
+    itself."""
     make_events(postgres15, table_name, 100)
     cases = {"syntax": ("name = = 1", 'syntax error at or near "="'),
              "column": ("nope > 1", 'column "nope" does not exist'),
@@ -291,6 +292,15 @@ def test_a_where_the_server_cannot_run_and_a_table_it_does_not_hold_are_one_line
     missing = _copy(postgres15, [*cli_options(postgres15, "public.no_such_table"), "--output", str(tmp_path / "m")])
     assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [
         "splitsource copy: option 'table': no table public.no_such_table in this database (as the login sees it)"]
+    with postgres15.connect() as conn:  # failed on the readers' "column ctid does not exist", exit 1
+        conn.execute(f"CREATE OR REPLACE VIEW {table_name}_v AS SELECT * FROM {table_name}")
+        conn.execute(f"CREATE SEQUENCE IF NOT EXISTS {table_name}_s")
+    for relation, kind in ((f"{table_name}_v", "a view"), (f"{table_name}_s", "a sequence")):
+        refused = _copy(postgres15, [*cli_options(postgres15, relation), "--output", str(tmp_path / "v")])
+        assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+            f"splitsource copy: option 'table': public.{relation} is {kind}, which has no rows of its own to split "
+            "by key or block: give a table, a partitioned table or a materialized view (of it, say)"], refused.stderr
+        assert not list(tmp_path.glob("v*"))
     named = _copy(postgres15, [*cli_options(postgres15, f"{table_name}; DROP TABLE {table_name}"), "--output",
                                str(tmp_path / "n")])
     assert named.returncode == 2 and named.stderr.strip().splitlines() == [
