@@ -20,6 +20,7 @@ __all__ = [
     "CassandraAuthenticationError",
     "CassandraAuthorizationError",
     "CassandraConnectionError",
+    "CassandraSchemaError",
     "CassandraTimeoutError",
     "CassandraUnavailableError",
     "RangeReplicas",
@@ -45,6 +46,10 @@ class CassandraAuthenticationError(CassandraConnectionError, OptionsError):
 
 class CassandraAuthorizationError(CassandraConnectionError, OptionsError):
     """The role logged in may not read the table (no ``SELECT`` permission): a usage error (exit 2)."""
+
+
+class CassandraSchemaError(CassandraConnectionError, OptionsError):
+    """The cluster has no keyspace or table of the name the options give: a usage error (exit 2)."""
 
 
 class CassandraUnavailableError(SplitSourceError):
@@ -325,12 +330,12 @@ def table_metadata(options: CassandraOptions) -> tuple[Any, Any, Any]:
                                                f"from Cassandra at {options.hosts}: {exc}") from None
     keyspace = cluster.metadata.keyspaces.get(options.keyspace)
     if keyspace is None:
-        raise CassandraConnectionError(
+        raise CassandraSchemaError(
             f"option 'keyspace': keyspace '{options.keyspace}' does not exist at {options.hosts}"
         )
     table = keyspace.tables.get(options.table)
     if table is None:
-        raise CassandraConnectionError(
+        raise CassandraSchemaError(
             f"option 'table': table '{options.keyspace}.{options.table}' does not exist; tables: "
             f"{', '.join(sorted(keyspace.tables)) or '(none)'}"
         )

@@ -175,9 +175,10 @@ def test_every_cql_type_with_nulls_and_edges(loaded: Any) -> None:
 
 
 def test_unknown_table_and_keyspace_are_named(loaded: Any) -> None:
-    with pytest.raises(CassandraConnectionError, match=r"option 'table': table 'splitsource_test.nope' does not exist"):
+    """Each a usage error, as a column that does not exist is (exit 2; they were exit 1)."""
+    with pytest.raises(OptionsError, match=r"option 'table': table 'splitsource_test.nope' does not exist"):
         CassandraSource(options(loaded, table="nope")).schema()
-    with pytest.raises(CassandraConnectionError, match=r"option 'keyspace': keyspace 'nope' does not exist"):
+    with pytest.raises(OptionsError, match=r"option 'keyspace': keyspace 'nope' does not exist"):
         CassandraSource(options(loaded, keyspace="nope")).schema()
     with pytest.raises(OptionsError, match=r"option 'columns': bogus not in"):
         CassandraSource(options(loaded, columns="id,bogus")).schema()
