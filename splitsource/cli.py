@@ -31,6 +31,7 @@ TABLE_FORMAT_NAMES = ("none", "delta", "iceberg")
 __all__ = ["main", "run"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+EXIT_PIPE = 141  # standard output's reader went away (`| head`): quiet, as a tool killed by SIGPIPE
 
 
 EXAMPLES = """examples:
@@ -337,6 +338,8 @@ def _run(args: argparse.Namespace) -> tuple[int, str]:
 
 def _failure(exc: BaseException) -> tuple[int, str]:
     """The exit code and one-line message of a command that raised ``exc``."""
+    if isinstance(exc, BrokenPipeError) and _stdout_gone():
+        return EXIT_PIPE, ""
     if isinstance(exc, OptionsError):
         return EXIT_USAGE, _as_flags(str(exc))
     if isinstance(exc, SplitSourceError):  # CheckpointError, CopyError, SinkError, SplitReadError, ...
@@ -353,6 +356,19 @@ def _failure(exc: BaseException) -> tuple[int, str]:
     return EXIT_FAILED, f"unexpected {type(exc).__name__}: {exc} (SPLITSOURCE_DEBUG=1 shows where)"
 
 
+def _stdout_gone() -> bool:
+    """Whether standard output is a pipe whose reader closed it; if so, what is left to print goes nowhere (a worker's
+    pipe that broke is a failure, told as one)."""
+    import select
+
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), select.POLLOUT)
+    if not any(events & select.POLLERR for _, events in poller.poll(0)):
+        return False
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return True
+
+
 def run() -> NoReturn:
     """The ``splitsource`` command: :func:`main` in a process of its own, which ends as an exit would (the threading
     module's exit calls, which end the idle threads of concurrent.futures' pools, then the other threads joined, the
@@ -362,7 +378,12 @@ def run() -> NoReturn:
     code = main()
     threading._shutdown()  # type: ignore[attr-defined]  # the interpreter's own first step of an exit
     atexit._run_exitfuncs()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise
+        code = code or EXIT_PIPE
     sys.stderr.flush()
     os._exit(code)
 

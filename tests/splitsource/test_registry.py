@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from connectors.generator import GeneratorSource
@@ -46,6 +47,23 @@ def test_the_built_ins_and_an_installed_plugin_are_found_by_name(tmp_path: Path,
                              env={**os.environ, "PYTHONPATH": f"{tmp_path}:{Path.cwd()}"})
     assert listing.returncode == 0, listing.stderr
     assert "tiny" in listing.stdout and "splitsource-tiny 1.0" in listing.stdout
+
+
+@pytest.mark.parametrize("command", [["options", "--connector", "postgres"],
+                                     ["copy", "--connector", "generator", "-o", "rows=10", "--engine", "local", "--quiet"]])
+def test_a_command_whose_output_s_reader_went_away_ends_quietly(tmp_path: Path, command: list[str]) -> None:
+    """``splitsource options | head -1``: standard output's pipe has no reader (closed before the command writes,
+    so no write can succeed first). The command ends with 141, as a tool killed by SIGPIPE does, and prints
+    nothing (it said "splitsource options: Broken pipe", exit 1). A copy's rows are committed before it says so."""
+    read, write = os.pipe()
+    os.close(read)
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "splitsource", *command, *(["--output", str(out)] if
+                          command[0] == "copy" else [])], stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(write)
+    assert done.returncode == 141 and done.stderr == "", done.stderr
+    if command[0] == "copy":
+        assert sum(pq.read_metadata(p).num_rows for p in out.glob("*.parquet")) == 10
 
 
 def test_two_plugins_claiming_one_name_are_refused_naming_both(tmp_path: Path,
