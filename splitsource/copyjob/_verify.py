@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from serializers import read_envelope
 from splitsource._api import Source
-from splitsource._errors import SinkError
+from splitsource._errors import OptionsError, SinkError
 from splitsource._fs import Store, is_uri, locate, redact, resolve_filesystem, sibling_uri
 from splitsource._names import PART_PREFIX, SINK_DESCRIPTION, SUCCESS_FILE
 from splitsource.copyjob._digest import (
@@ -254,9 +254,9 @@ def read_layout(records: BucketingGlobalCommitter, output: str) -> dict[str, Any
     path = join(records.meta, SINK_DESCRIPTION)
     try:
         return dict(json.loads(records.fs.read_text(path)))
-    except (FileNotFoundError, NotADirectoryError):
-        raise SinkError(f"{redact(output)} has no records of a copy ({path} is missing): it was not written by "
-                        "splitsource copy") from None
+    except (FileNotFoundError, NotADirectoryError):  # a wrong path, told apart from a mismatch (exit 1)
+        raise OptionsError(f"option 'output' {redact(output)} has no records of a copy ({path} is missing): it was "
+                           "not written by splitsource copy") from None
     except OSError as exc:
         raise SinkError(f"{redact(output)} has no readable records of a copy ({path}: {exc}): it was not written "
                         "by splitsource copy") from None

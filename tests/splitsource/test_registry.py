@@ -50,7 +50,8 @@ def test_the_built_ins_and_an_installed_plugin_are_found_by_name(tmp_path: Path,
 
 
 @pytest.mark.parametrize("command", [["options", "--connector", "postgres"],
-                                     ["copy", "--connector", "generator", "-o", "rows=10", "--engine", "local", "--quiet"]])
+                                     ["copy", "--connector", "generator", "-o", "rows=10", "--engine", "local",
+                                      "--quiet"]])
 def test_a_command_whose_output_s_reader_went_away_ends_quietly(tmp_path: Path, command: list[str]) -> None:
     """``splitsource options | head -1``: standard output's pipe has no reader (closed before the command writes,
     so no write can succeed first). The command ends with 141, as a tool killed by SIGPIPE does, and prints

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from splitsource import copy
 from splitsource._planning import build_source
 from splitsource.copyjob._verify import verify
 from splitsource.sink.formats.csv import csv_records
+from tests.splitsource.copyjob.test_copy import CLI
 
 OPTIONS = {"rows": "3000", "split_rows": "700", "columns": "id:bigint,name:string?,score:double?,at:timestamp?,"
                                                            "flag:boolean?,n:int?,raw:binary?"}
@@ -102,3 +104,15 @@ def test_a_verify_worker_prints_only_splitsources_own_warnings(capfd: pytest.Cap
         assert pool.map([(warn_twice, ())]) == [7]
     err = capfd.readouterr().err
     assert "a warning of ours" in err and "chatter" not in err, err
+
+
+def test_an_output_no_copy_wrote_is_a_usage_error_not_a_mismatch(tmp_path: Path) -> None:
+    """A path that does not exist, or was not written by a copy, is exit 2 naming --output: a script that reads
+    exit 1 as "the copy is wrong" (it was exit 1) must not take a typo for a mismatch."""
+    (tmp_path / "a-file").write_text("x")
+    for output in (tmp_path / "nothere", tmp_path / "a-file"):
+        done = subprocess.run([*CLI, "verify", "--connector", "generator", "-o", "rows=10", "--output", str(output)],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and done.stderr == (
+            f"splitsource verify: --output {output} has no records of a copy ({output}.bucketing/copy.json is "
+            "missing): it was not written by splitsource copy\n"), done.stderr
