@@ -9,6 +9,8 @@ one place a name (``--engine``, ``copy(engine="spark")``) becomes one.
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -47,12 +49,12 @@ def engine_named(name: str, *, master: str | None = None, spark: Any = None, wor
 def copy(
     connector: str,
     source_options: Mapping[str, str],
-    output: str,
+    output: str | os.PathLike[str],
     *,
     format: str = "parquet",
     bucketer: str = "none",
     sink_options: Mapping[str, str] | None = None,
-    checkpoint: str | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
     master: str | None = None,
     max_splits_per_batch: int = 0,
     max_rows_per_second: float = 0,
@@ -68,6 +70,8 @@ def copy(
     deletes: bool = True,
 ) -> CopySummary:
     """Copy the whole source into ``output``, exactly once; resume if a checkpoint of the same copy exists.
+    ``output`` and ``checkpoint`` (default ``<output>.checkpoint``): a local path, as text or a ``pathlib.Path``,
+    or a URI.
 
     ``engine``: ``spark`` (Spark tasks on ``master``, default ``local[2]``, or on ``spark``, one Spark job per
     batch) or ``local`` (``workers`` processes on this machine, default one per core, no JVM), or an
@@ -104,6 +108,9 @@ def copy(
     if any(k.lower() == "since" for k in source_options):
         raise OptionsError("option 'since' is what an incremental copy sets itself for each run after its first: "
                            "leave it out, and give incremental=True (--incremental)")
+    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not 1 <= lease_s < math.inf:
+        raise OptionsError(f"option 'lease_s': {lease_s!r} is not a number of seconds of at least 1 (a lease "
+                           "shorter lets another copy take the output over while this one writes)")
     if not deletes and not incremental:
         raise OptionsError("option 'deletes': only an incremental copy's runs delete keys the source no longer "
                            "holds; give incremental=True (--incremental), or leave it out")

@@ -171,9 +171,13 @@ def _remove_if_empty(places: list[Location]) -> None:
         place.store.remove_empty_dirs(place.path)
 
 
-def location(flag: str, path: str) -> str:
-    """``path`` as the copy keeps it: a URI as given, a local path made absolute; refused in one line if it is not
-    text a file system can hold."""
+def location(flag: str, path: str | os.PathLike[str]) -> str:
+    """``path`` (text, or a ``pathlib.Path``) as the copy keeps it: a URI as given, a local path made absolute;
+    refused in one line if it is not text a file system can hold."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise OptionsError(f"{flag} {path!r} is not a path")
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:

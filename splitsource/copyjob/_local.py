@@ -175,8 +175,9 @@ class LocalEngine:
     sink_defaults: Mapping[str, str] = {"buffer_mb": WORKER_BUFFER_MB}  # a user's buffer_mb wins
 
     def __init__(self, workers: int = 0) -> None:
-        if not 0 <= workers <= MAX_WORKERS:
-            raise OptionsError(f"option 'workers': {workers} is not from 0 (one per core) to {MAX_WORKERS}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= MAX_WORKERS:
+            raise OptionsError(f"option 'workers': {workers!r} is not a number of processes from 0 (one per core) "
+                               f"to {MAX_WORKERS}")
         self.workers = workers
         self._count = workers or os.cpu_count() or 1
         self._pool: _Workers | None = _Workers(self._count)

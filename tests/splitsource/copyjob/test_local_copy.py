@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.splitsource.copyjob.test_copy import (
@@ -134,6 +135,35 @@ def test_copy_refuses_a_setting_its_engine_does_not_take(tmp_path: Path, setting
     with pytest.raises(OptionsError, match=re.escape(named)):
         splitsource.copy("generator", {"rows": "10"}, str(tmp_path / "out"), **settings)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"workers": "2"}, "option 'workers': '2' is not a number of processes from 0 (one per core) to 256"),
+    ({"workers": True}, "option 'workers': True is not a number of processes"),
+    ({"lease_s": 0}, "option 'lease_s': 0 is not a number of seconds of at least 1"),
+    ({"lease_s": "60"}, "option 'lease_s': '60' is not a number of seconds of at least 1"),
+    ({"output": None}, "option 'output' None is not a path"),
+])
+def test_copy_refuses_a_setting_of_the_wrong_kind_in_one_line(tmp_path: Path, settings: dict[str, Any],
+                                                              named: str) -> None:
+    """As the command line refuses them: a TypeError from deep inside (workers="2"), an AttributeError (output=None)
+    or a lease of 0 s, which any other copy could take over at once, were let through."""
+    import splitsource
+    from splitsource import OptionsError
+
+    arguments: dict[str, Any] = {"output": str(tmp_path / "out"), "engine": "local", **settings}
+    with pytest.raises(OptionsError, match=re.escape(named)):
+        splitsource.copy("generator", {"rows": "10"}, **arguments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_copy_takes_a_pathlib_path_for_its_output_and_checkpoint(tmp_path: Path) -> None:
+    import splitsource
+
+    summary = splitsource.copy("generator", {"rows": "10"}, tmp_path / "out", checkpoint=tmp_path / "cp",
+                               engine="local")
+    assert summary.rows == 10 and summary.checkpoint == str(tmp_path / "cp")
+    assert sum(pq.read_metadata(p).num_rows for p in (tmp_path / "out").glob("*.parquet")) == 10
 
 
 def test_workers_request_splits_one_at_a_time_and_write_one_file_each(tmp_path: Path) -> None:
