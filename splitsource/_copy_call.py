@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from splitsource._errors import OptionsError
-from splitsource.copyjob._job import Copy, CopySettings, CopySummary, Progress, default_checkpoint, location
+from splitsource._fs import user_path
+from splitsource.copyjob._job import Copy, CopySettings, CopySummary, Progress, default_checkpoint
 from splitsource.copyjob._local import LocalEngine
 from splitsource.copyjob._ownership import DEFAULT_LEASE_S
 from splitsource.copyjob._protocol import Engine
@@ -114,7 +115,7 @@ def copy(
     if not deletes and not incremental:
         raise OptionsError("option 'deletes': only an incremental copy's runs delete keys the source no longer "
                            "holds; give incremental=True (--incremental), or leave it out")
-    output = location("option 'output'", output)
+    output = user_path("option 'output'", output)
     framework = {"connector": connector, **{k: str(v) for k, v in (
         ("max_splits_per_batch", max_splits_per_batch), ("max_rows_per_second", max_rows_per_second),
         ("max_mb_per_second", max_mb_per_second)) if v}}
@@ -122,7 +123,7 @@ def copy(
         read_options={**{k.lower(): str(v) for k, v in source_options.items()}, **framework},
         sink_raw={"format": format, "bucketer": bucketer,
                   **{k.lower(): str(v) for k, v in (sink_options or {}).items()}, "path": output},
-        output=output, checkpoint=location("option 'checkpoint'", checkpoint or default_checkpoint(output)),
+        output=output, checkpoint=user_path("option 'checkpoint'", checkpoint or default_checkpoint(output)),
         overwrite=overwrite, single_writer=single_writer, lease_s=lease_s, incremental=incremental,
         deletes=deletes)
     if not isinstance(engine, str) and (master is not None or spark is not None or workers):

@@ -152,6 +152,23 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and TEMPORARY in name and name.rsplit(TEMPORARY, 1)[1].isalnum()
 
 
+def user_path(flag: str, path: str | os.PathLike[str]) -> str:
+    """``path`` (text, or a ``pathlib.Path``) as a copy or verify keeps it: a URI as given, a local path made
+    absolute; refused in one line if it is not text a file system can hold."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise OptionsError(f"{flag} {path!r} is not a path")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OptionsError(f"{flag} {path.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8: give a path "
+                           "in UTF-8") from None
+    if not path.strip() or "\x00" in path:
+        raise OptionsError(f"{flag} {path!r} is not a path")
+    return path if is_uri(path) else os.path.abspath(path)
+
+
 def is_uri(text: str) -> bool:
     return _URI.match(text) is not None
 

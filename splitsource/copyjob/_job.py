@@ -14,7 +14,6 @@ data is committed).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -23,7 +22,7 @@ from typing import Any, TextIO
 
 from splitsource._api import Changes
 from splitsource._errors import LeaseLostError, OptionsError
-from splitsource._fs import Location, is_uri, locate, redact, sibling_uri
+from splitsource._fs import Location, locate, redact, sibling_uri
 from splitsource._names import FINISHED_FILE, RECORDS_SUFFIX, SINK_DESCRIPTION
 from splitsource._offsets import UNSIZED_SPLITS_PER_BATCH, source_fingerprint
 from splitsource._planning import read_settings
@@ -43,7 +42,7 @@ from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
-__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "default_checkpoint", "location"]
+__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "default_checkpoint"]
 
 
 
@@ -169,23 +168,6 @@ def _remove_if_empty(places: list[Location]) -> None:
     fails on anything another copy has put there meanwhile (local file systems only)."""
     for place in places:
         place.store.remove_empty_dirs(place.path)
-
-
-def location(flag: str, path: str | os.PathLike[str]) -> str:
-    """``path`` (text, or a ``pathlib.Path``) as the copy keeps it: a URI as given, a local path made absolute;
-    refused in one line if it is not text a file system can hold."""
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
-    if not isinstance(path, str):
-        raise OptionsError(f"{flag} {path!r} is not a path")
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise OptionsError(f"{flag} {path.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8: give a path "
-                           "in UTF-8") from None
-    if not path.strip() or "\x00" in path:
-        raise OptionsError(f"{flag} {path!r} is not a path")
-    return path if is_uri(path) else os.path.abspath(path)
 
 
 @dataclass(frozen=True)

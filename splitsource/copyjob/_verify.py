@@ -36,7 +36,7 @@ import pyarrow as pa
 from serializers import read_envelope
 from splitsource._api import Source
 from splitsource._errors import OptionsError, SinkError
-from splitsource._fs import Store, is_uri, locate, redact, resolve_filesystem, sibling_uri
+from splitsource._fs import Store, is_uri, locate, redact, resolve_filesystem, sibling_uri, user_path
 from splitsource._names import PART_PREFIX, SINK_DESCRIPTION, SUCCESS_FILE
 from splitsource.copyjob._digest import (
     OutputFile,
@@ -349,12 +349,15 @@ def _newest_only(files: Sequence[SideDigest], by_key: bool) -> None:
         start += n
 
 
-def verify(source: Source[Any, Any, Any, Any], output: str, checkpoint: str | None = None,
+def verify(source: Source[Any, Any, Any, Any], output: str | os.PathLike[str],
+           checkpoint: str | os.PathLike[str] | None = None,
            metadata: str = "", workers: int = 0) -> VerifyResult:
     """Compare the committed output with the source; on a mismatch, name the first rows that differ and compare
     the copy's rows per split (from the split ledger of ``checkpoint``, by default the one the output's owner file
     names) with the source's. ``metadata``: where the copy kept the output's records, if it was given that sink
     option. ``workers``: processes reading both sides (0: one per core; 1: all in this process)."""
+    output = user_path("option 'output'", output)
+    checkpoint = None if checkpoint is None else user_path("option 'checkpoint'", checkpoint)
     records = output_records(output, metadata)
     layout = read_layout(records, output)
     owner = read_owner(records)

@@ -24,7 +24,7 @@ def test_verify_matches_an_honest_copy_and_catches_a_one_ulp_conversion_bug(tmp_
     honest = tmp_path / "honest"
     copy("generator", OPTIONS, str(honest), format=fmt, engine="local", workers=1)
     _, source = build_source({"connector": "generator", **OPTIONS})
-    result = verify(source, str(honest))
+    result = verify(source, honest)  # a pathlib.Path, as copy() takes one (a TypeError from inside, before)
     assert result.match and result.independent and result.source.rows == 3000, result.text()
 
     buggy = tmp_path / "buggy"
