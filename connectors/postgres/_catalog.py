@@ -232,14 +232,19 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
            FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
            WHERE a.attrelid = %s::oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum""", oid)
     leaves = conn.rows(
-        """SELECT t.relid::regclass::text FROM pg_partition_tree(%s::oid) t JOIN pg_class c ON c.oid = t.relid
-           WHERE t.isleaf AND c.relkind IN ('r', 'm', 'p') ORDER BY t.relid::regclass::text""", oid)
+        """SELECT t.relid::regclass::text, c.relkind::text FROM pg_partition_tree(%s::oid) t
+           JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf ORDER BY t.relid::regclass::text""", oid)
+    foreign = [name for name, leaf in leaves if leaf not in _READ_KINDS]
+    if foreign:  # its rows would be left out of every block range, without a word
+        raise PostgresLoginError(f"option 'table': {label} has a foreign table among its partitions "
+                                 f"({', '.join(foreign[:3])}), whose rows are another server's: give its other "
+                                 "partitions, each as a table")
     catalog = {
         "label": label,
         "qualified": qualified,
         "columns": [list(r) for r in rows],
         "keys": _keys(conn, oid),
-        "relations": [r[0] for r in leaves] or [qualified],
+        "relations": [name for name, _ in leaves] or [qualified],
     }
     # in one round trip: the server's version; a money value's number of fractional digits (its locale's) and that
     # locale, which readers then set; which cluster and database this is (Source.origin)

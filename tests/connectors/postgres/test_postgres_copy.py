@@ -315,6 +315,39 @@ def test_a_where_the_server_cannot_run_and_a_table_it_does_not_hold_are_one_line
     assert "division by zero" in log.read_text() and "Traceback" in log.read_text()
 
 
+def test_a_partitioned_table_with_a_foreign_partition_is_refused(postgres15: PostgresServer, table_name: str,
+                                                                  tmp_path: Path) -> None:
+    """A partition that is a foreign table (postgres_fdw, here back to the same server) has no blocks, no snapshot
+    and no transaction ids of this server: its rows were left out of every block range, and the copy said
+    "copy finished: 1,000 rows" of 1,100."""
+    with postgres15.connect() as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw")
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}, {table_name}_remote CASCADE")
+        conn.execute("DROP SERVER IF EXISTS splitsource_loop CASCADE")
+        conn.execute(f"CREATE SERVER splitsource_loop FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '127.0.0.1', "
+                     f"port '{postgres15.env['PGPORT']}', dbname 'postgres')")
+        conn.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER splitsource_loop OPTIONS (user 'postgres', "
+                     f"password '{postgres15.env['PGPASSWORD']}')")
+        conn.execute(f"CREATE TABLE {table_name}_remote (id int NOT NULL, v int)")
+        conn.execute(f"INSERT INTO {table_name}_remote SELECT i, i FROM generate_series(1001, 1100) i")
+        conn.execute(f"CREATE TABLE {table_name} (id int NOT NULL, v int) PARTITION BY RANGE (id)")
+        conn.execute(f"CREATE TABLE {table_name}_near PARTITION OF {table_name} FOR VALUES FROM (1) TO (1001)")
+        conn.execute(f"CREATE FOREIGN TABLE {table_name}_far PARTITION OF {table_name} FOR VALUES FROM (1001) TO "
+                     f"(2001) SERVER splitsource_loop OPTIONS (table_name '{table_name}_remote')")
+        conn.execute(f"INSERT INTO {table_name}_near SELECT i, i FROM generate_series(1, 1000) i")
+        assert conn.execute(f"SELECT count(*) FROM {table_name}").fetchone() == (1100,)
+    done = _copy(postgres15, [*cli_options(postgres15, table_name), "--output", str(tmp_path / "out"),
+                              "--engine", "local"])
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"splitsource copy: option 'table': public.{table_name} has a foreign table among its partitions "
+        f"({table_name}_far), whose rows are another server's: give its other partitions, each as a table"
+    ], done.stderr
+    assert not list(tmp_path.glob("out*"))
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE {table_name}, {table_name}_remote CASCADE")
+        conn.execute("DROP SERVER splitsource_loop CASCADE")
+
+
 def _killed_after_a_commit(server: PostgresServer, args: list[str], out: Path) -> None:
     """Run ``splitsource copy args`` and SIGKILL it once it has committed a batch into ``out`` (held where its
     second batch is planned)."""
