@@ -215,12 +215,17 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
     if found[0] is None:
         raise PostgresLoginError(f"option 'table': no table {table} in this database (as the login sees it)")
     oid, qualified = found
-    label, kind = conn.row("SELECT n.nspname || '.' || c.relname, c.relkind::text FROM pg_class c JOIN pg_namespace n "
-                           "ON n.oid = c.relnamespace WHERE c.oid = %s::oid", oid)
+    label, kind, heirs = conn.row(
+        "SELECT n.nspname || '.' || c.relname, c.relkind::text, (SELECT string_agg(i.inhrelid::regclass::text, ', ' "
+        "ORDER BY i.inhrelid::regclass::text) FROM pg_inherits i WHERE i.inhparent = c.oid) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s::oid", oid)
     if kind not in _READ_KINDS:  # a view, a foreign table: no key, and no blocks of its own (no ctid)
         raise PostgresLoginError(f"option 'table': {label} is {_KINDS.get(kind, 'no table')}, which has no rows of "
                                  "its own to split by key or block: give a table, a partitioned table or a "
                                  "materialized view (of it, say)")
+    if heirs and kind != "p":  # a read of it holds their rows, which neither its key nor its blocks keep apart
+        raise PostgresLoginError(f"option 'table': tables inherit from {label} ({heirs}), and a read of it holds "
+                                 "their rows too, which its key does not keep apart from its own: copy each of them")
     if not conn.row("SELECT has_table_privilege(%s::oid, 'SELECT')", oid)[0]:
         raise PostgresLoginError(f"PostgreSQL: permission denied for table {qualified}: the login needs SELECT on "
                                  "it (GRANT SELECT ON ... TO ...)")

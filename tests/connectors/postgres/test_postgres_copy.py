@@ -348,6 +348,28 @@ def test_a_partitioned_table_with_a_foreign_partition_is_refused(postgres15: Pos
         conn.execute("DROP SERVER splitsource_loop CASCADE")
 
 
+def test_a_table_others_inherit_from_is_refused(postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:
+    """A read of an inheritance parent holds its children's rows, whose ids its primary key does not keep apart from
+    its own: key ranges resumed after an id shared by two rows (3,750 rows of 4,000 at page_rows=7, "copy finished"),
+    and a block range held both tables' rows of its blocks (a page over its limit)."""
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name} CASCADE")
+        conn.execute(f"CREATE TABLE {table_name} (id int PRIMARY KEY, v int)")
+        conn.execute(f"CREATE TABLE {table_name}_child (extra int) INHERITS ({table_name})")
+        conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(1, 1000) i")
+        conn.execute(f"INSERT INTO {table_name}_child (id, v) SELECT i, -i FROM generate_series(1, 3000) i")
+    for split_by in ("key", "blocks"):
+        done = _copy(postgres15, [*cli_options(postgres15, table_name, split_by=split_by, page_rows="7"),
+                                  "--output", str(tmp_path / split_by), "--engine", "local"])
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+            f"splitsource copy: option 'table': tables inherit from public.{table_name} ({table_name}_child), and a "
+            "read of it holds their rows too, which its key does not keep apart from its own: copy each of them"
+        ], done.stderr
+        assert not list(tmp_path.glob(f"{split_by}*"))
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE {table_name} CASCADE")
+
+
 def _killed_after_a_commit(server: PostgresServer, args: list[str], out: Path) -> None:
     """Run ``splitsource copy args`` and SIGKILL it once it has committed a batch into ``out`` (held where its
     second batch is planned)."""
