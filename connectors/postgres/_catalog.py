@@ -362,12 +362,13 @@ def _column(name: str, type_name: str, domain_of: str | None, base: str, nullabl
 
 def _keys(conn: Any, oid: int) -> list[list[str]]:
     """The column lists that may key the table, best first: the primary key's, then each unique index's on not-null
-    columns (no expression, no predicate), narrowest first."""
+    columns (no expression, no predicate), narrowest first; a valid index only (a failed ``CREATE UNIQUE INDEX
+    CONCURRENTLY`` leaves one that enforces nothing)."""
     rows = conn.rows(
         """SELECT array_agg(a.attname::text ORDER BY k.ord), bool_and(a.attnotnull), i.indisprimary
            FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-           WHERE i.indrelid = %s::oid AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL
+           WHERE i.indrelid = %s::oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
            GROUP BY i.indexrelid, i.indisprimary ORDER BY i.indisprimary DESC, count(*), i.indexrelid""",
         oid)
     return [list(names) for names, not_null, _ in rows if not_null]

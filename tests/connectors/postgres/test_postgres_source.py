@@ -368,6 +368,22 @@ def test_a_key_with_a_column_of_no_key_type_gives_way_to_the_next_or_to_block_ra
     testing.check_all(source, expected=truth)
 
 
+def test_an_invalid_unique_index_is_no_key(postgres15: PostgresServer, table_name: str) -> None:
+    """A failed ``CREATE UNIQUE INDEX CONCURRENTLY`` leaves an index that enforces nothing: it was taken as the key
+    (id), whose rows repeat, and pages resumed past the second row of an id (2,625 rows of 3,000 at page_rows=7)."""
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (id int8 NOT NULL, v int4 NOT NULL)")
+        conn.execute(f"INSERT INTO {table_name} SELECT i / 2, i FROM generate_series(0, 2999) i")
+        with pytest.raises(Exception, match="could not create unique index"):
+            conn.execute(f"CREATE UNIQUE INDEX CONCURRENTLY {table_name}_u ON {table_name} (id)")
+        conn.execute(f"ANALYZE {table_name}")
+    source = PostgresSource(options(postgres15, table_name, page_rows="7", page_mb="0.01", split_size_mb="0.02"))
+    assert source.key_columns() == [] and source.by_blocks
+    testing.check_all(source, expected=pa.table({"id": pa.array([i // 2 for i in range(3000)], pa.int64()),
+                                                 "v": pa.array(range(3000), pa.int32())}))
+
+
 def test_errors_a_retry_may_cure_are_told_from_those_it_cannot(postgres15: PostgresServer, table_name: str) -> None:
     """Each error the real server (or the lack of one) gives is classified: a refused or cut connection and a
     terminated backend are transient, a bad query and a wrong password are not; and a connection reset with no
