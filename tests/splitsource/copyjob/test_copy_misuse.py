@@ -170,11 +170,11 @@ def test_ordinary_mistakes_are_one_line(tmp_path: Path, case: str) -> None:
                       "-o", f"password_file={tmp_path / 'missing'}", "--output", str(out)]), 2,
                  "option 'password_file'", "missing")
     elif case == "verify-on-a-file":
-        one_line(run(["verify", *GEN, "--output", str(a_file)]), 1, "not written by splitsource copy")
-    else:
+        one_line(run(["verify", *GEN, "--output", str(a_file)]), 2, "not written by splitsource copy")
+    else:  # exit 2, as a usage error: exit 1 is a mismatch's
         out.mkdir()
         (out / "data.parquet").write_text("x")
-        one_line(run(["verify", *GEN, "--output", str(out)]), 1, "not written by splitsource copy")
+        one_line(run(["verify", *GEN, "--output", str(out)]), 2, "not written by splitsource copy")
     assert not out.exists() or case == "verify-not-a-copy"
 
 
