@@ -93,6 +93,9 @@ class CassandraSource(Source[CassandraSplit, CassandraPosition, _Raw, CassandraO
                     f"option 'columns': {', '.join(unknown)} not in {self.options.keyspace}.{self.options.table}; "
                     f"columns: {', '.join(table.columns)}"
                 )
+            twice = sorted({c for c in wanted if wanted.count(c) > 1})
+            if twice:  # a table of two columns of one name: no output format holds it
+                raise OptionsError(f"option 'columns' names {', '.join(twice)} more than once")
             meta = _cell_metadata(cluster, table, self.options)
             extra = [f"{fn}({_quote(c)})" for fn, c, _ in meta]
             prepared = _prepare_metadata(session, f"SELECT {', '.join([*(_quote(c) for c in wanted), *extra])} "

@@ -290,6 +290,9 @@ def _table(name: str, catalog: dict[str, Any], text: str, columns: str, text_col
         raise OptionsError(f"connector 'postgres': {name} has no column {', '.join(unknown)}; it has "
                            f"{', '.join(every)}")
     chosen = tuple(every[n] for n in _names(columns)) if columns else tuple(every.values())
+    twice = sorted({c.name for c in chosen if chosen.count(c) > 1})
+    if twice:  # a table of two columns of one name: no output format holds it
+        raise OptionsError(f"connector 'postgres': option 'columns' names {', '.join(twice)} more than once")
     # the first whose columns are all of key types: a unique index less a column is no key (its rows repeat)
     key = next((tuple(every[n] for n in names) for names in catalog["keys"]
                 if all(every[n].base in _KEY_TYPES for n in names)), ())

@@ -384,6 +384,16 @@ def test_an_invalid_unique_index_is_no_key(postgres15: PostgresServer, table_nam
                                                  "v": pa.array(range(3000), pa.int32())}))
 
 
+def test_a_column_named_twice_or_not_at_all_is_refused_by_name(postgres15: PostgresServer, table_name: str) -> None:
+    """``columns=id,id`` was planned and failed in its reader, on pyarrow's 'Field "id" exists 2 times in schema',
+    after the copy claimed its output."""
+    make_events(postgres15, table_name, 10)
+    with pytest.raises(OptionsError, match=r"^connector 'postgres': option 'columns' names id more than once$"):
+        PostgresSource(options(postgres15, table_name, columns="id,name,id")).schema()
+    with pytest.raises(OptionsError, match=r"has no column nope; it has id, name"):
+        PostgresSource(options(postgres15, table_name, columns="id,nope")).schema()
+
+
 def test_errors_a_retry_may_cure_are_told_from_those_it_cannot(postgres15: PostgresServer, table_name: str) -> None:
     """Each error the real server (or the lack of one) gives is classified: a refused or cut connection and a
     terminated backend are transient, a bad query and a wrong password are not; and a connection reset with no
