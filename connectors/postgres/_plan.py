@@ -25,7 +25,7 @@ from typing import Any
 
 from connectors.postgres._catalog import Table, ident, literal
 from connectors.postgres._options import PostgresOptions
-from connectors.postgres._session import connect, errors_in_one_line
+from connectors.postgres._session import connect, errors_in_one_line, snapshot_gone
 from splitsource import OptionsError
 
 __all__ = ["BLOCK", "END", "LAST_OFFSET", "Plan", "key_row"]
@@ -60,7 +60,7 @@ class Plan:
                     else ""
                 self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 if options.snapshot:
-                    self.conn.execute(f"SET TRANSACTION SNAPSHOT '{_snapshot_id(options.snapshot)}'")
+                    _import(self.conn, options.snapshot)
                 else:
                     self.snapshot = self.conn.row("SELECT pg_export_snapshot()")[0]
                 if table.server_version >= 130000:
@@ -172,6 +172,19 @@ def _counters(conn: Any, table: Table) -> str:
     if not on:
         return ""
     return hashlib.sha256(f"{guard};{started};{reset}".encode()).hexdigest()[:16]
+
+
+def _import(conn: Any, snapshot: str) -> None:
+    """Read in ``snapshot``, the user's (option ``snapshot``): one the server cannot import (never exported, or its
+    transaction ended) is refused in one line, as a bad value of the option."""
+    try:
+        conn.execute(f"SET TRANSACTION SNAPSHOT '{_snapshot_id(snapshot)}'")
+    except Exception as exc:
+        if not snapshot_gone(exc):
+            raise
+        raise OptionsError(f"connector 'postgres': option 'snapshot': PostgreSQL cannot import {snapshot} (never "
+                           "exported, or the transaction that exported it has ended): give the id "
+                           "pg_export_snapshot() returned in a transaction you hold open") from None
 
 
 def _snapshot_id(text: str) -> str:

@@ -18,33 +18,17 @@ import pyarrow as pa
 from connectors.postgres._catalog import Column, Table, ident, literal
 from connectors.postgres._options import PostgresOptions
 from connectors.postgres._plan import BLOCK, END, LAST_OFFSET, key_row
-from connectors.postgres._session import Connection, connect, one_line
+from connectors.postgres._session import Connection, connect, one_line, snapshot_gone
 from splitsource import KeyRange, SplitReadError, ValueRangeError
 
 __all__ = ["ROWS_PER_BLOCK", "Changed", "changed_since", "count_changed", "key_condition", "page", "read_keys",
-           "session", "snapshot_gone"]
+           "session"]
 
 ROWS_PER_BLOCK = 291  # the most row versions an 8 KiB heap block holds (MaxHeapTuplesPerPage)
 
 
 class SnapshotGoneError(SplitReadError):
     """The run's snapshot can no longer be imported (the server restarted, or the planner's session ended)."""
-
-
-# what the server answers SET TRANSACTION SNAPSHOT when the snapshot cannot be imported any more: its exporting
-# transaction ended, so its file is gone ("invalid snapshot identifier", 22023), or its process is no longer running
-# ("could not import the requested snapshot", 55000)
-_SNAPSHOT_GONE = {"22023": "invalid snapshot identifier", "55000": "could not import the requested snapshot"}
-
-
-def snapshot_gone(exc: BaseException) -> bool:
-    """Whether ``exc``, raised by ``SET TRANSACTION SNAPSHOT``, is the server saying the snapshot is gone (and not a
-    lost connection, a terminated backend or any other failure)."""
-    message = str(exc)
-    state = getattr(exc, "sqlstate", None)
-    if state is not None:
-        return state in _SNAPSHOT_GONE and _SNAPSHOT_GONE[state] in message
-    return any(words in message for words in _SNAPSHOT_GONE.values())
 
 
 def session(options: PostgresOptions, table: Table, by_blocks: bool,

@@ -13,7 +13,7 @@ import pyarrow as pa
 from connectors.postgres._catalog import PostgresConnectionError, PostgresLoginError, literal, session_options
 from connectors.postgres._options import PostgresOptions, conninfo
 
-__all__ = ["Connection", "connect", "driver_error", "login_error", "one_line", "transient"]
+__all__ = ["Connection", "connect", "driver_error", "login_error", "one_line", "snapshot_gone", "transient"]
 
 # the most bytes of Arrow the driver puts in one batch: above a page's, so a page comes in one batch, used as it is
 BATCH_BYTES = 1 << 30
@@ -96,6 +96,22 @@ def driver_error(exc: BaseException) -> bool:
 
     psycopg = sys.modules.get("psycopg")
     return isinstance(exc, adbc_driver_manager.Error) or psycopg is not None and isinstance(exc, psycopg.Error)
+
+
+# what the server answers SET TRANSACTION SNAPSHOT when the snapshot cannot be imported any more: its exporting
+# transaction ended, so its file is gone ("invalid snapshot identifier", 22023), or its process is no longer running
+# ("could not import the requested snapshot", 55000)
+_SNAPSHOT_GONE = {"22023": "invalid snapshot identifier", "55000": "could not import the requested snapshot"}
+
+
+def snapshot_gone(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by ``SET TRANSACTION SNAPSHOT``, is the server saying the snapshot is gone (and not a
+    lost connection, a terminated backend or any other failure)."""
+    message = str(exc)
+    state = getattr(exc, "sqlstate", None)
+    if state is not None:
+        return state in _SNAPSHOT_GONE and _SNAPSHOT_GONE[state] in message
+    return any(words in message for words in _SNAPSHOT_GONE.values())
 
 
 # libpq's words for a session that ended under a query: the server closed it (terminated, crashed, restarting), or

@@ -394,6 +394,19 @@ def test_a_column_named_twice_or_not_at_all_is_refused_by_name(postgres15: Postg
         PostgresSource(options(postgres15, table_name, columns="id,nope")).schema()
 
 
+def test_a_snapshot_option_the_server_cannot_import_is_refused_by_name(postgres15: PostgresServer,
+                                                                       table_name: str) -> None:
+    """A snapshot id of no open transaction was the driver's "[libpq] Failed to execute query 'SET TRANSACTION
+    SNAPSHOT ...'", exit 1; it is a bad value of the option."""
+    make_events(postgres15, table_name, 10)
+    source = PostgresSource(options(postgres15, table_name, snapshot="00000003-0000001B-1"))
+    enumerator = source.create_enumerator(FixedEnumeratorContext(1))
+    with pytest.raises(OptionsError, match=r"^connector 'postgres': option 'snapshot': PostgreSQL cannot import "
+                                           r"00000003-0000001B-1 \(never exported"):
+        enumerator.start()
+    enumerator.close()
+
+
 def test_errors_a_retry_may_cure_are_told_from_those_it_cannot(postgres15: PostgresServer, table_name: str) -> None:
     """Each error the real server (or the lack of one) gives is classified: a refused or cut connection and a
     terminated backend are transient, a bad query and a wrong password are not; and a connection reset with no
@@ -502,7 +515,7 @@ def test_only_the_servers_word_that_a_snapshot_is_gone_is_taken_for_it(postgres1
     import adbc_driver_postgresql.dbapi as adbc
 
     from connectors.postgres._options import conninfo
-    from connectors.postgres._reader import snapshot_gone
+    from connectors.postgres._session import snapshot_gone
 
     dsn = conninfo(PostgresSource(options(postgres15, table_name)).options)
 
