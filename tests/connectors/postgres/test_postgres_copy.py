@@ -128,6 +128,55 @@ def _transfers(server: PostgresServer, table_name: str, accounts: int) -> Iterat
             w.join(30)
 
 
+_READER = "application_name = 'splitsource' AND (query LIKE 'SELECT%%ORDER BY%%LIMIT%%' OR query LIKE 'SELECT%%ctid%%')"
+
+
+def _terminate_readers(server: PostgresServer, table_name: str, proc: subprocess.Popen[str], times: int) -> int:
+    """Terminates reader sessions of the copy ``proc`` until ``times`` distinct ones are gone, however fast the
+    machine: the first once they have read a page (mid-split), then each new session, which a queued ``LOCK TABLE
+    ... IN ACCESS EXCLUSIVE MODE`` holds at its first page (never granted: the run's plan holds its ACCESS SHARE to
+    the end, and queued behind it, it stops every new reader). The lock's session is terminated after, and the
+    copy goes on. Returns how many sessions were terminated."""
+    import psycopg
+
+    deadline = time.monotonic() + 120
+    with server.connect() as admin:
+        def rows(sql: str, *args: object) -> list[tuple[object, ...]]:
+            while not (found := admin.execute(sql, args).fetchall()):
+                assert proc.poll() is None, f"the copy ended before {times} readers were terminated"
+                assert time.monotonic() < deadline, f"fewer than {times} reader sessions to terminate in 120 s"
+                time.sleep(0.01)
+            return found
+
+        rows(f"SELECT pid FROM pg_stat_activity WHERE {_READER}")  # a reader has read a page: it is mid-split
+        locker = server.connect()
+        locker_pid = locker.info.backend_pid
+        ended: list[BaseException] = []
+
+        def lock() -> None:
+            try:
+                with locker.transaction():
+                    locker.execute(f"LOCK TABLE {table_name} IN ACCESS EXCLUSIVE MODE")
+            except psycopg.OperationalError as exc:  # its session terminated below
+                ended.append(exc)
+
+        holder = threading.Thread(target=lock, daemon=True)
+        holder.start()
+        try:
+            rows("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'", locker_pid)
+            gone: set[object] = set()
+            while len(gone) < times:
+                found = rows(f"SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE {_READER} "
+                             "AND pid <> ALL(%s)", list(gone))
+                gone.update(pid for pid, done in found if done)
+        finally:
+            admin.execute("SELECT pg_terminate_backend(%s)", (locker_pid,))
+            holder.join(30)
+            locker.close()
+        assert ended, "the lock was granted: no session of the run held the table, and no reader was stopped by it"
+    return len(gone)
+
+
 def _one_instant(out: Path, accounts: int) -> None:
     rows = _rows(out, "id", "balance")
     assert len(rows) == accounts and len({r[0] for r in rows}) == accounts
@@ -153,9 +202,9 @@ def test_readers_terminated_while_writers_run_stay_at_the_runs_instant(postgres1
     """pg_terminate_backend on the readers' sessions, again and again, while writers run: each reader connects
     again and imports the run's snapshot, which its exporting session still holds, so the copy is still one instant
     and no reader reports the snapshot lost (a failure to import it that is not the server saying it is gone is
-    retried, never taken for a lost snapshot). The copy is slowed on purpose (--max-rows-per-second: 10 s at
-    least), so that it outlasts three terminations however fast the machine; at 5 s, one run in ten on a loaded
-    machine ended after two."""
+    retried, never taken for a lost snapshot). Three sessions are terminated however fast the machine
+    (:func:`_terminate_readers`); the copy is slowed (--max-rows-per-second: 10 s at least) so that the writers run
+    during it."""
     accounts = 20_000
     with _transfers(postgres15, table_name, accounts) as transactions:
         out = tmp_path / "out"
@@ -165,18 +214,11 @@ def test_readers_terminated_while_writers_run_stay_at_the_runs_instant(postgres1
                                  "--output", str(out), "--engine", "local", "--workers", "2",
                                  "--max-rows-per-second", "2000"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=postgres15.run_env())
-        terminated, deadline = 0, time.monotonic() + 120
-        with postgres15.connect() as conn:
-            while proc.poll() is None and terminated < 3:
-                assert time.monotonic() < deadline, "no reader session to terminate within 120 s"
-                found = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name "
-                                     "= 'splitsource' AND query LIKE 'SELECT%%ORDER BY%%LIMIT%%'").fetchall()
-                terminated += sum(1 for r in found if r[0])
-                time.sleep(0.05 if found else 0.01)
+        terminated = _terminate_readers(postgres15, table_name, proc, 3)
         stdout, stderr = proc.communicate(timeout=300)
         during = transactions[0] - before
     assert proc.returncode == 0, stderr
-    assert terminated >= 3, f"{terminated} reader session(s) terminated before the copy ended: it proves nothing"
+    assert terminated == 3
     assert during > 50, f"only {during} writer transactions ran during the copy: the test proves nothing"
     resumed = re.search(r"readers: (\d+) transient errors resumed", stdout)
     assert resumed and int(resumed.group(1)) >= 1, f"no reader met a termination: {stdout}"
@@ -185,9 +227,8 @@ def test_readers_terminated_while_writers_run_stay_at_the_runs_instant(postgres1
 
 
 def test_a_killed_backend_resumes_mid_split(postgres15: PostgresServer, table_name: str, tmp_path: Path) -> None:
-    """pg_terminate_backend on every reader's session while the copy runs: the readers connect again, import the
-    run's snapshot and resume their splits; every row once. The copy reads for 2 s at least
-    (--max-rows-per-second), so that a fast machine does not end it before the first termination."""
+    """pg_terminate_backend on reader sessions, three of them (:func:`_terminate_readers`): the readers connect
+    again, import the run's snapshot and resume their splits; every row once."""
     make_events(postgres15, table_name, 40_000)
     out = tmp_path / "out"
     proc = subprocess.Popen([*CLI, "copy", *cli_options(postgres15, table_name, split_size_mb="0.2",
@@ -195,16 +236,9 @@ def test_a_killed_backend_resumes_mid_split(postgres15: PostgresServer, table_na
                              "--output", str(out), "--engine", "local", "--workers", "2", "--quiet",
                              "--max-rows-per-second", "20000"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=postgres15.run_env())
-    killed = 0
-    with postgres15.connect() as conn:
-        while proc.poll() is None and killed < 3:
-            found = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
-                                 "'splitsource' AND query LIKE 'SELECT%%ctid%%' OR (application_name = "
-                                 "'splitsource' AND query LIKE 'SELECT%%ORDER BY%%LIMIT%%')").fetchall()
-            killed += sum(1 for r in found if r[0])
+    assert _terminate_readers(postgres15, table_name, proc, 3) == 3
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 0, stderr
-    assert killed >= 1, "no reader's backend was terminated: the test proves nothing"
     assert sorted(r[0] for r in _rows(out, "id")) == list(range(1, 40_001))
 
 
