@@ -14,13 +14,19 @@ reads at a newer instant, which may hold a key deleted before):
 - into files, as rows of their own (the key, nulls, the run, ``delete``) in one more commit of the sink, batch 0
   of the run's query id with ``-deletes``: committed once, found on a re-run.
 
+The keys the output holds after a run are kept too (``keys-run<N>.arrow``, Arrow IPC), and the run's finished
+marker names them (:meth:`RunDeletes.keep_held`), with a file output's files of that moment: the next run reads
+them, and the files not among those for its own rows, not the whole output (5M keys of Parquet: 0.2 s of CPU beside
+the source's scan). A run that changes no key names the keys file the run before it did; a run without one (the
+first after a full copy, or after a run with ``--no-deletes``) reads the output.
+
 Keys are compared as the output's Arrow types (an anti-join of pyarrow's).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +45,8 @@ from splitsource.sink.formats import FORMATS
 
 __all__ = ["RunChanges", "RunDeletes"]
 
+KEYS_FILE = "keys-run{run}.arrow"
+
 
 @dataclass(frozen=True)
 class RunChanges:
@@ -52,17 +60,22 @@ class RunChanges:
 
 class RunDeletes:
     """The deletes of run ``run`` of an incremental copy of a source whose key is ``keys`` (in ``schema``) into
-    ``committer``'s output; their file is in ``checkpoint``."""
+    ``committer``'s output; their file is in ``checkpoint``. ``held``: what the run before's finished marker says
+    the output held after it (:meth:`keep_held`; empty: nothing, the output is read)."""
 
     def __init__(self, run: int, keys: Sequence[str], schema: pa.Schema, committer: BucketingGlobalCommitter,
-                 sink: BucketingSinkOptions, checkpoint: Location) -> None:
+                 sink: BucketingSinkOptions, checkpoint: Location, held: Mapping[str, Any] | None = None) -> None:
         self.run, self.keys, self.schema = run, tuple(keys), schema
         self.committer, self.sink = committer, sink
+        self.checkpoint, self.held = checkpoint, dict(held or {})
         self.key_schema = pa.schema([schema.field(k).with_nullable(True) for k in self.keys])
         self.place = checkpoint.child(f"deleted-run{run}.parquet")  # found at the first plan
         self.final = checkpoint.child(f"deleted-run{run}-applied.parquet")  # less the run's own keys, at its end
         self._held: pa.Table | None = None  # the keys the output held before the run, once read
         self._seen: set[str] = set()  # the output's files read for them (files only)
+        self._changed: pa.Table | None = None  # the keys the first plan found changed, each once
+        self._among: pa.Table | None = None  # those of them the output held
+        self._wrote: pa.Table | None = None  # the keys the run wrote, each once, once known
 
     @staticmethod
     def check(keys: Sequence[str], sink: BucketingSinkOptions) -> None:
@@ -104,8 +117,9 @@ class RunDeletes:
         the wrong way."""
         batches = list(changed)
         changed_keys = _distinct(self._typed(pa.Table.from_batches(batches) if batches else None))
-        held_among = _distinct(held.join(changed_keys, list(self.keys), join_type="left semi")).num_rows
-        return bool(held.num_rows + changed_keys.num_rows - held_among == count)
+        among = _distinct(held.join(changed_keys, list(self.keys), join_type="left semi"))
+        self._changed, self._among = changed_keys, among  # for the run's end (_held_among)
+        return bool(held.num_rows + changed_keys.num_rows - among.num_rows == count)
 
     def applied(self, query_id: str) -> RunChanges | None:
         """What run ``query_id`` changed in the output: the deletes found at its first plan, less the keys it read
@@ -121,14 +135,69 @@ class RunDeletes:
         held, read = self._output(query_id)
         deleted = self._read(self.place)
         updated = 0
+        self._wrote = _distinct(read)
         if read.num_rows:
             deleted = deleted.join(read, keys, join_type="left anti")
-            # built on the run's keys (few), not the output's (all)
-            both = _distinct(held.join(_distinct(read), keys, join_type="left semi"))
-            updated = read.join(both, keys, join_type="left semi").num_rows
+            updated = read.join(self._held_among(held, self._wrote), keys, join_type="left semi").num_rows
         changes = RunChanges(deleted, read.num_rows - updated, updated)
         _write(self.final, deleted, {"inserted": changes.inserted, "updated": changes.updated})
         return changes
+
+    def keep_held(self, query_id: str, changes: RunChanges) -> dict[str, Any]:
+        """After run ``query_id`` applied ``changes`` (and committed its delete rows): what its finished marker says
+        the output holds now, for the next run: ``keys``, the file in the checkpoint of its keys (written here,
+        durably, unless the run changed no key), and ``files``, a file output's files."""
+        keys = self.held.get("keys", "")
+        if not keys or changes.inserted or changes.deleted.num_rows:
+            if self._held is not None and self._wrote is not None:  # applied here, not by a run before a kill
+                held, wrote = self._held, self._wrote
+            else:
+                held, read = self._output(query_id)
+                wrote = _distinct(read)
+            names = list(self.keys)
+            kept = held.join(changes.deleted, names, join_type="left anti") if changes.deleted.num_rows else held
+            new = wrote.join(self._held_among(held, wrote), names, join_type="left anti")
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_file(sink, self.key_schema) as writer:
+                writer.write_table(pa.concat_tables([kept, new]))
+            keys = KEYS_FILE.format(run=self.run)
+            self.checkpoint.store.write(self.checkpoint.child(keys).path, sink.getvalue().to_pybytes())
+        files = sorted(self.committer.finished_files()) if self.committer.table is None else []
+        return {"keys": keys, "files": files}
+
+    @staticmethod
+    def prune_held(checkpoint: Location, held: Mapping[str, Any]) -> None:
+        """Delete the checkpoint's key files but the one ``held`` (the finished marker's) names."""
+        store, prefix = checkpoint.store, KEYS_FILE.split("{", 1)[0]
+        for entry in store.list(checkpoint.path):
+            name = entry.path.rsplit("/", 1)[-1]
+            if name.startswith(prefix) and name != held.get("keys"):
+                store.delete(entry.path)
+
+    def _held_among(self, held: pa.Table, keys: pa.Table) -> pa.Table:
+        """Those of ``keys`` (each once) that ``held`` holds: of the keys the first plan found changed, from what it
+        found held among them; the rest (a run resumed at a newer instant reads others) by a join built on them
+        (few), not on the output's keys (all)."""
+        names = list(self.keys)
+        if self._among is None or self._changed is None:
+            return _distinct(held.join(keys, names, join_type="left semi"))
+        rest = keys.join(self._changed, names, join_type="left anti")
+        found = keys.join(self._among, names, join_type="left semi")
+        if rest.num_rows:
+            found = pa.concat_tables([found, _distinct(held.join(rest, names, join_type="left semi"))])
+        return found
+
+    def _read_held(self) -> None:
+        """The keys the output held after the run before, from the file its marker names, into ``_held``, and a
+        file output's files then, into ``_seen``; nothing where the marker names none or the file cannot be read."""
+        if not self.held.get("keys"):
+            return
+        try:
+            with self.checkpoint.store.open_input(self.checkpoint.child(self.held["keys"]).path) as stream:
+                self._held = self._typed(pa.ipc.open_file(stream).read_all())
+        except (OSError, KeyError, pa.ArrowInvalid):
+            return  # gone or damaged since: the output is read, as if none was kept
+        self._seen.update(self.held.get("files") or ())
 
     def _output(self, query_id: str = "") -> tuple[pa.Table, pa.Table]:
         """The keys the output held before this run, each once (a table's rows, applied by key; in files, each key
@@ -140,6 +209,8 @@ class RunDeletes:
         # pyarrow.parquet, the sink's, is loaded anyway)
 
         committer = self.committer
+        if self._held is None:
+            self._read_held()
         if committer.table is not None:
             if self._held is None:
                 self._held = self._typed(committer.table.read_columns(committer, self.keys))

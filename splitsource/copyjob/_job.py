@@ -320,7 +320,7 @@ class Copy:
                 committer.upsert_keys = tuple(source.key_columns())
                 if self.settings.deletes:
                     self.deletes = RunDeletes(number, committer.upsert_keys, self.schema, committer, self.sink,
-                                              checkpoint)
+                                              checkpoint, marker.held)
             started = committer.last_stream_batch(run_query_id(self.engine.name, claimed.token, number)) is not None
             self.resumed = started  # a run that committed a batch before this call is resumed
         elif marker is not None and marker.seq == _latest_stream_seq(committer):
@@ -344,7 +344,14 @@ class Copy:
             deletes.commit_to_files(query, copy_writer_id(run.token), deleted)
         if self.committer.run_at_once:
             self.committer.publish_run(query, deleted)
-        mark_finished(self.checkpoint, run.token, self.committer, result)
+        held: dict[str, Any] = {}  # what the output holds now, for the next run's deletes (none: it reads it)
+        if deletes is not None and self.changed is not None:
+            held = deletes.keep_held(query, self.changed)
+        elif deletes is not None and not self.committer.query_rows(query):
+            held = deletes.held  # a run that found nothing changed: the output is as the run before left it
+        mark_finished(self.checkpoint, run.token, self.committer, result, held)
+        if self.changes is Changes.UPSERTS:
+            RunDeletes.prune_held(self.checkpoint, held)
         return result
 
     def committed_rows(self, token: str, runs: int) -> int:
@@ -393,7 +400,8 @@ class _NextRun:
 class Finished:
     """``<checkpoint>/finished.json``: the engine ran the source to its end (for an incremental copy: its run
     ``run``), when the output's newest commit record was ``seq``; ``instant``: where the source stood for that run
-    (the next incremental run reads the changes after it)."""
+    (the next incremental run reads the changes after it); ``held``: what the output held after it, for the next run's
+    deletes (:meth:`splitsource.copyjob._deletes.RunDeletes.keep_held`)."""
 
     token: str
     seq: int
@@ -401,13 +409,15 @@ class Finished:
     total: int
     run: int = 1
     instant: Mapping[str, Any] = field(default_factory=dict)
+    held: Mapping[str, Any] = field(default_factory=dict)
 
 
 def mark_finished(checkpoint: Location, token: str, committer: BucketingGlobalCommitter,
-                  result: EngineResult) -> None:
-    """Record that the engine ran the source to its end, with the output's newest commit record at that moment."""
+                  result: EngineResult, held: Mapping[str, Any] | None = None) -> None:
+    """Record that the engine ran the source to its end, with the output's newest commit record at that moment
+    (``held``: an incremental run's, what the output holds after it: :meth:`RunDeletes.keep_held`)."""
     marker = Finished(token, _latest_stream_seq(committer), result.taken, result.total, result.run,
-                      dict(result.instant))
+                      dict(result.instant), dict(held or {}))
     checkpoint.store.write(checkpoint.child(FINISHED_FILE).path, json.dumps(asdict(marker)).encode())
 
 
@@ -417,7 +427,7 @@ def finished_marker(checkpoint: Location, token: str) -> Finished | None:
     try:
         found = json.loads(checkpoint.store.read_text(checkpoint.child(FINISHED_FILE).path))
         marker = Finished(str(found["token"]), int(found["seq"]), int(found["taken"]), int(found["total"]),
-                          int(found.get("run", 1)), dict(found.get("instant") or {}))
+                          int(found.get("run", 1)), dict(found.get("instant") or {}), dict(found.get("held") or {}))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return marker if marker.token == token else None

@@ -570,6 +570,96 @@ def test_a_run_that_died_after_committing_its_deletes_does_not_write_them_twice(
     assert _newest(out) == _truth(server, table_name)
 
 
+class _DiedBeforeItsMarker(BaseException):
+    """What a kill after a run kept the output's keys, before its finished marker names them, leaves."""
+
+
+@pytest.mark.parametrize("output", ["parquet", "delta"])
+def test_the_next_run_reads_the_keys_the_last_one_kept_not_the_output(
+        postgres15: PostgresServer, table_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        output: str) -> None:
+    """A run with deletes keeps the keys the output holds after it in the checkpoint (``keys-run<N>.arrow``, which
+    its finished marker names): the next run reads them, not the output, and finds every delete; a run that changes
+    no key names the file the one before did; a run killed after writing its file, before its marker, is re-run
+    exact and the older file goes; a run with --no-deletes keeps none, so the next one reads the output."""
+    import json
+
+    from splitsource import copy
+    from splitsource.copyjob import _job
+    from splitsource.copyjob._deletes import RunDeletes
+
+    server = postgres15
+    make_events(server, table_name, 3000)
+    out, checkpoint = tmp_path / "out", tmp_path / "out.checkpoint"
+    monkeypatch.setenv("PGPASSWORD", server.env["PGPASSWORD"])
+    source = {"dsn": server.dsn, "table": table_name}
+    sink = {} if output == "parquet" else {"table_format": output}
+    read_output: list[int] = []  # the runs that found no keys kept, and read the output's
+    read_held = RunDeletes._read_held
+
+    def held_or_output(self: RunDeletes) -> None:
+        read_held(self)
+        if self._held is None:
+            read_output.append(self.run)
+
+    monkeypatch.setattr(RunDeletes, "_read_held", held_or_output)
+
+    def run(*, deletes: bool = True) -> Any:
+        read_output.clear()
+        return copy("postgres", source, str(out), engine="local", workers=1, incremental=True, progress=None,
+                    sink_options=sink, deletes=deletes)
+
+    def marker() -> dict[str, Any]:
+        held: dict[str, Any] = json.loads((checkpoint / "finished.json").read_text())["held"]
+        return held
+
+    def kept() -> list[str]:
+        return sorted(p.name for p in checkpoint.glob("keys-run*.arrow"))
+
+    def change(*statements: str) -> int:
+        """Run ``statements``; the rows they deleted."""
+        with server.connect() as conn:
+            done = [(s, conn.execute(s.format(table=table_name)).rowcount) for s in statements]
+        return sum(n for s, n in done if s.startswith("DELETE"))
+
+    run()
+    assert marker() == {} and kept() == []  # run 1, a full copy: no delete looked for
+    gone = change("DELETE FROM {table} WHERE id % 100 = 0",
+                  "INSERT INTO {table} (id, name, score) VALUES (5000, 'new', 1)")
+    assert (run().deleted, marker()["keys"], kept()) == (gone, "keys-run2.arrow", ["keys-run2.arrow"])
+    assert read_output == [2]  # run 1 kept no keys
+    change("UPDATE {table} SET name = 'changed' WHERE id % 7 = 0", "DELETE FROM {table} WHERE id = 7")
+    assert (run().deleted, marker()["keys"], read_output) == (1, "keys-run3.arrow", [])
+    change("UPDATE {table} SET name = 'again' WHERE id % 11 = 0")
+    fourth = run()
+    assert (fourth.deleted, marker()["keys"], read_output) == (0, "keys-run3.arrow", []), fourth  # no key changed
+    assert _rows_of(out, output) == _truth(server, table_name)
+
+    gone = change("DELETE FROM {table} WHERE id % 13 = 0",
+                  "INSERT INTO {table} (id, name, score) VALUES (5001, 'new', 2)")
+    finished = _job.mark_finished
+
+    def die(*args: Any) -> None:
+        raise _DiedBeforeItsMarker()
+
+    monkeypatch.setattr(_job, "mark_finished", die)
+    with pytest.raises(_DiedBeforeItsMarker):
+        run()
+    assert (marker()["keys"], kept()) == ("keys-run3.arrow", ["keys-run3.arrow", "keys-run5.arrow"])
+    monkeypatch.setattr(_job, "mark_finished", finished)
+    summary = run()
+    assert (summary.run, summary.deleted, summary.inserted) == (5, gone, 1), summary
+    assert (marker()["keys"], kept(), read_output) == ("keys-run5.arrow", ["keys-run5.arrow"], [])
+    assert _rows_of(out, output) == _truth(server, table_name)
+
+    change("DELETE FROM {table} WHERE id = 2")
+    run(deletes=False)
+    assert (marker(), kept()) == ({}, [])  # the output keeps a key the source lost: no keys kept
+    change("DELETE FROM {table} WHERE id = 3")
+    assert (run().deleted, read_output) == (2, [7])  # run 6 kept none: run 7 reads the output
+    assert _rows_of(out, output) == _truth(server, table_name)
+
+
 @pytest.mark.usefixtures("pyiceberg_planner")
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_a_run_lands_in_its_table_whole_in_one_commit(postgres15: PostgresServer, table_name: str, tmp_path: Path,

@@ -88,3 +88,29 @@ def test_the_keys_held_are_the_first_runs_less_later_deletes_with_later_inserts(
         changes = deletes.applied("run-3")
         assert changes is not None
         assert changes.deleted.column("id").to_pylist() == deleted
+
+
+@pytest.mark.parametrize("damage", ["none", "gone", "torn"])
+def test_a_run_reads_the_keys_the_last_kept_or_the_output_where_that_file_is_gone_or_torn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    """Run 2 changes no key of the output (1 to 10) and keeps them in the checkpoint; run 3 reads that file, not the
+    output, or, where the file is gone or cut short, the output: the same delete either way."""
+    deletes = _deletes(tmp_path)
+    deletes.find(cast(SplitEnumerator[Any, Any], Counting(list(range(1, 11)), [2, 3])))
+    changes = deletes.applied("run-2")
+    assert changes is not None
+    held = deletes.keep_held("run-2", changes)
+    kept = tmp_path / "checkpoint" / held["keys"]
+    assert held == {"keys": "keys-run2.arrow", "files": [str(tmp_path / "out" / "part-0.parquet")]}
+    if damage == "gone":
+        kept.unlink()
+    elif damage == "torn":
+        kept.write_bytes(kept.read_bytes()[:100])
+    read_output: list[bool] = []
+    read_files = RunDeletes._held_in_files
+    monkeypatch.setattr(RunDeletes, "_held_in_files", lambda self, *a: read_output.append(True) or read_files(self, *a))
+    third = RunDeletes(3, ["id"], SCHEMA, deletes.committer, deletes.sink, locate(str(tmp_path / "checkpoint")), held)
+    third.find(cast(SplitEnumerator[Any, Any], Counting(list(range(1, 10)), [])))
+    changes = third.applied("run-3")
+    assert changes is not None and changes.deleted.column("id").to_pylist() == [10]
+    assert read_output == ([] if damage == "none" else [True])
