@@ -14,7 +14,8 @@ from typing import Any, Generic, TypeVar
 import pyarrow as pa
 
 from splitsource._api import EnumeratorState, FixedEnumeratorContext, Source, Split, SplitEnumerator
-from splitsource._planning import ReadRate, RetryPolicy
+from splitsource._errors import OptionsError
+from splitsource._planning import ReadRate, RetryPolicy, build_source
 from splitsource.runtime._source_reader import SourceReader
 
 __all__ = ["Checkpoint", "InProcessRuntime", "RunResult", "read_local"]
@@ -147,8 +148,14 @@ class InProcessRuntime(Generic[SplitT]):
         return result
 
 
-def read_local(source: Source[Any, Any, Any, Any], parallelism: int = 2) -> pa.Table:
-    """Read the whole source with the in-process runtime and return one table (row order is not defined)."""
+def read_local(source: Source[Any, Any, Any, Any] | Mapping[str, str], parallelism: int = 2) -> pa.Table:
+    """Read the whole source with the in-process runtime and return one table (row order is not defined).
+    ``source``: a :class:`~splitsource.Source`, or the options ``spark.read.format("splitsource")`` takes
+    (``{"connector": "generator", "rows": "10"}``)."""
+    if isinstance(source, Mapping):
+        _, source = build_source(source)
+    elif not isinstance(source, Source):
+        raise OptionsError(f"read_local takes a Source or a mapping of options, not {type(source).__name__}")
     result = InProcessRuntime(source, parallelism).run()
     return result.table(source.schema())
 
