@@ -69,7 +69,15 @@ if TYPE_CHECKING:
         enumerator_state_from_bytes,
         enumerator_state_to_bytes,
     )
-    from splitsource._typed_options import REQUIRED, Secret, describe_options, option, options_table, parse_options
+    from splitsource._typed_options import (
+        REQUIRED,
+        Secret,
+        describe_options,
+        name_list,
+        option,
+        options_table,
+        parse_options,
+    )
     from splitsource._wakeup import WakeUp, Woken
     from splitsource.copyjob import verify
     from splitsource.runtime import read_local
@@ -87,7 +95,8 @@ _HOME = {
     "SplitQueue": "splitsource._splits",
     **dict.fromkeys(("EnumeratorStateSerializer", "enumerator_state_from_bytes", "enumerator_state_to_bytes"),
                     "splitsource._state"),
-    **dict.fromkeys(("REQUIRED", "Secret", "describe_options", "option", "options_table", "parse_options"),
+    **dict.fromkeys(("REQUIRED", "Secret", "describe_options", "name_list", "option", "options_table",
+                     "parse_options"),
                     "splitsource._typed_options"),
     **dict.fromkeys(("WakeUp", "Woken"), "splitsource._wakeup"),
     "verify": "splitsource.copyjob",
@@ -141,6 +150,7 @@ __all__ = [
     "describe_options",
     "enumerator_state_from_bytes",
     "enumerator_state_to_bytes",
+    "name_list",
     "option",
     "options_table",
     "parse_options",

@@ -23,7 +23,7 @@ from typing import Any, TypeVar, get_type_hints
 
 from splitsource._errors import OptionsError
 
-__all__ = ["REQUIRED", "Secret", "describe_options", "option", "options_table", "parse_options"]
+__all__ = ["REQUIRED", "Secret", "describe_options", "name_list", "option", "options_table", "parse_options"]
 
 T = TypeVar("T")
 
@@ -89,6 +89,20 @@ def option(
     if default is REQUIRED:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list of names (a ``columns`` option's), each once, without the spaces around them; empty:
+    none. A parser for :func:`option`: a name given twice is refused, in one line naming the option and the name.
+
+    >>> name_list(" id, name ")
+    ('id', 'name')
+    """
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"names {', '.join(twice)} more than once")
+    return names
 
 
 def _parse_bool(text: str) -> bool:

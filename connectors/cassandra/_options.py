@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from connectors.cassandra._tokens import TokenRange
-from splitsource import OptionsError, Secret, option
+from splitsource import OptionsError, Secret, name_list, option
 
 __all__ = ["CassandraOptions", "HOSTS_ENV", "MIN_SPLIT_SIZE_MB", "PASSWORD_ENV"]
 
@@ -25,7 +25,8 @@ class CassandraOptions:
     hosts: str = option("", doc=f"comma-separated contact points (empty: ${HOSTS_ENV}, else 127.0.0.1)")
     port: int = option(9042, doc="CQL port", minimum=1, maximum=65535)
     local_dc: str = option("", doc="data center to read from")
-    columns: str = option("", doc="comma-separated projection (empty: all)")
+    columns: tuple[str, ...] = option((), doc="comma-separated projection, each column once (empty: all)",
+                                      parse=name_list, shown="")
     consistency: str = option("LOCAL_ONE", doc="read consistency level", choices=_CONSISTENCY,
                               parse=lambda s: s.strip().upper())
     fetch_size: int = option(5000, doc="rows per page", minimum=1, maximum=1_000_000)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,9 +203,9 @@ class Table:
         return tuple(c.name if c.name in read else f"__k{i}" for i, c in enumerate(self.key))
 
 
-def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: str = "") -> Table:
+def describe(conn: Any, table: str, columns: Sequence[str], text_columns: Sequence[str], decimal: str = "") -> Table:
     """Describe ``table`` over ``conn`` (a :class:`~connectors.postgres._session.Connection`): its columns
-    (``columns``: a comma-separated subset; ``text_columns``: read as text), its key and its relations."""
+    (``columns``: a subset; ``text_columns``: read as text), its key and its relations."""
     try:
         found = conn.row("SELECT to_regclass(%s)::oid::int8, to_regclass(%s)::text", table, table)
     except Exception as exc:  # the driver's: a session lost is an OperationalError, any other error is the name's
@@ -266,7 +267,7 @@ def describe(conn: Any, table: str, columns: str, text_columns: str, decimal: st
     return _table(table, catalog, json.dumps(catalog), columns, text_columns, decimal)
 
 
-def described(text: str, columns: str, text_columns: str, decimal: str = "") -> Table:
+def described(text: str, columns: Sequence[str], text_columns: Sequence[str], decimal: str = "") -> Table:
     """The table the catalog described as ``text`` (:attr:`Table.catalog`, which a copy's planner hands its readers
     as option ``described``: a reader's process asks the catalog nothing)."""
     try:
@@ -277,32 +278,26 @@ def described(text: str, columns: str, text_columns: str, decimal: str = "") -> 
                            "it for its readers; leave it empty)") from None
 
 
-def _table(name: str, catalog: dict[str, Any], text: str, columns: str, text_columns: str, decimal: str) -> Table:
-    as_text = {c.strip() for c in text_columns.split(",") if c.strip()}
+def _table(name: str, catalog: dict[str, Any], text: str, columns: Sequence[str], text_columns: Sequence[str],
+           decimal: str) -> Table:
+    as_text = set(text_columns)
     chosen_decimal = decimal_precision(decimal)
     unconstrained = pa.decimal128(*chosen_decimal) if chosen_decimal else None
     money_scale, lc_monetary = catalog["money"]
     money = pa.decimal128(MONEY_PRECISION, money_scale)
     every = {r[0]: _column(r[0], r[1], r[2], r[3], r[4], r[0] in as_text, unconstrained, money)
              for r in catalog["columns"]}
-    unknown = sorted((as_text | set(_names(columns))) - set(every))
+    unknown = sorted((as_text | set(columns)) - set(every))
     if unknown:
         raise OptionsError(f"connector 'postgres': {name} has no column {', '.join(unknown)}; it has "
                            f"{', '.join(every)}")
-    chosen = tuple(every[n] for n in _names(columns)) if columns else tuple(every.values())
-    twice = sorted({c.name for c in chosen if chosen.count(c) > 1})
-    if twice:  # a table of two columns of one name: no output format holds it
-        raise OptionsError(f"connector 'postgres': option 'columns' names {', '.join(twice)} more than once")
+    chosen = tuple(every[n] for n in columns) if columns else tuple(every.values())
     # the first whose columns are all of key types: a unique index less a column is no key (its rows repeat)
     key = next((tuple(every[n] for n in names) for names in catalog["keys"]
                 if all(every[n].base in _KEY_TYPES for n in names)), ())
     return Table(catalog["label"], catalog["qualified"], chosen, key, tuple(catalog["relations"]),
                  int(catalog["version"]), text, lc_monetary, tuple(catalog["origin"]),
                  int(catalog.get("row_bytes", 100)))
-
-
-def _names(columns: str) -> list[str]:
-    return [c.strip() for c in columns.split(",") if c.strip()]
 
 
 _NUMERIC = re.compile(r"numeric\((\d+),(-?\d+)\)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from splitsource import OptionsError, Secret, option
+from splitsource import OptionsError, Secret, name_list, option
 
 __all__ = ["PostgresOptions", "conninfo"]
 
@@ -28,14 +28,15 @@ class PostgresOptions:
     sslrootcert: str = option("", doc="CA certificate(s), PEM, that signed the server's certificate")
     sslcert: str = option("", doc="client certificate, PEM")
     sslkey: str = option("", doc="the client certificate's private key, PEM")
-    columns: str = option("", doc="comma-separated columns to read (empty: all)", parse=str.strip)
+    columns: tuple[str, ...] = option((), doc="comma-separated columns to read, each once (empty: all)",
+                                      parse=name_list, shown="")
     where: str = option("", doc="an SQL condition on the table's rows, e.g. \"created >= '2026-01-01'\"; it must "
                                 "select the same rows at any instant you mean to read (a bounded range). One the "
                                 "server cannot plan on the table is refused when the copy or read is planned",
                         parse=str.strip)
-    text_columns: str = option("", doc="columns read as the server's own text instead of their Arrow type (a "
-                                       "date or timestamp column that holds infinity, a time column that holds "
-                                       "24:00:00)", parse=str.strip)
+    text_columns: tuple[str, ...] = option((), doc="columns read as the server's own text instead of their Arrow "
+                                                   "type (a date or timestamp column that holds infinity, a time "
+                                                   "column that holds 24:00:00)", parse=name_list, shown="")
     decimal: str = option("", doc="p,s: read an unconstrained numeric column as decimal128(p,s) (empty: as the "
                                   "server's text); a value it cannot hold exactly is refused, never rounded. A "
                                   "numeric(p,s) column is read as decimal128(p,s) whatever this says",

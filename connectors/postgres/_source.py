@@ -217,7 +217,8 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
     def identity(self) -> Mapping[str, Any]:
         o = self.options
         found: dict[str, Any] = {"connector": self.name, "table": self.table.label, "shape": self.table.shape}
-        found.update({k: getattr(o, k) for k in ("columns", "where", "text_columns", "decimal") if getattr(o, k)})
+        found.update({k: ",".join(v) if isinstance(v, tuple) else v
+                      for k in ("columns", "where", "text_columns", "decimal") if (v := getattr(o, k))})
         return found
 
     def origin(self) -> Mapping[str, Any]:

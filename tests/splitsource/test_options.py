@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from splitsource import OptionsError, Secret, option, parse_options
+from splitsource import OptionsError, Secret, name_list, option, parse_options
 
 
 @dataclass(frozen=True)
@@ -113,3 +113,15 @@ def test_the_options_command_lists_a_connectors_options() -> None:
     unknown = subprocess.run([sys.executable, "-m", "splitsource.cli", "options", "--connector", "nosuch"],
                              capture_output=True, text=True)
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "nosuch" in unknown.stderr
+
+
+@dataclass(frozen=True)
+class Listed:
+    columns: tuple[str, ...] = option((), doc="columns, each once", parse=name_list, shown="")
+
+
+def test_a_name_list_is_its_names_each_once_and_one_named_twice_is_refused_naming_it() -> None:
+    assert parse_options(Listed, {"columns": " id, name ,"}).columns == ("id", "name")
+    assert parse_options(Listed, {}).columns == ()
+    with pytest.raises(OptionsError, match=r"^option 'columns': invalid value 'id,name,id': names id more than once$"):
+        parse_options(Listed, {"columns": "id,name,id"})
