@@ -157,11 +157,14 @@ class RunDeletes:
             names = list(self.keys)
             kept = held.join(changes.deleted, names, join_type="left anti") if changes.deleted.num_rows else held
             new = wrote.join(self._held_among(held, wrote), names, join_type="left anti")
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_file(sink, self.key_schema) as writer:
+            # straight to its own name (no marker names it before the run's), then synced with its name: through a
+            # buffer and a copy into bytes, 5M keys took 0.35 s more (fresh memory's page faults)
+            keys, store = KEYS_FILE.format(run=self.run), self.checkpoint.store
+            path = self.checkpoint.child(keys).path
+            with store.open_output(path) as stream, pa.ipc.new_file(stream, self.key_schema) as writer:
                 writer.write_table(pa.concat_tables([kept, new]))
-            keys = KEYS_FILE.format(run=self.run)
-            self.checkpoint.store.write(self.checkpoint.child(keys).path, sink.getvalue().to_pybytes())
+            store.sync(path, "write.file")
+            store.sync_dir(self.checkpoint.path, "write.dir")
         files = sorted(self.committer.finished_files()) if self.committer.table is None else []
         return {"keys": keys, "files": files}
 
