@@ -10,6 +10,7 @@ column's Arrow type cannot hold exactly (text in an INTEGER column, say) stops t
 import functools
 import math
 import sqlite3
+from collections.abc import Iterable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,12 @@ _AFFINITY = (("BOOL", pa.int64()), ("INT", pa.int64()), ("CHAR", pa.string()), (
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _rowid(columns: Iterable[str]) -> str:
+    """The rowid's first name no column takes ("": none; a column named rowid hides the rowid by that name)."""
+    taken = {name.lower() for name in columns}
+    return next((name for name in ("rowid", "_rowid_", "oid") if name not in taken), "")
 
 
 def _column(name: str, declared: str) -> tuple[str, str, pa.DataType]:
@@ -62,17 +69,23 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
                 if isinstance(exc, sqlite3.OperationalError):  # locked, busy: not the option's fault
                     raise
                 raise OptionsError(f"connector 'sqlite': option 'file': {self.options.file}: {exc}") from None
-            if found and kind == ("table",):
+            rowid = _rowid(name for name, _ in found)
+            if found and kind == ("table",) and rowid:
                 try:
-                    db.execute(f"SELECT rowid FROM {_quote(table)} LIMIT 0")
+                    db.execute(f"SELECT {rowid} FROM {_quote(table)} LIMIT 0")
                 except sqlite3.OperationalError:  # no such column
                     kind = ("WITHOUT ROWID table",)
         if not found:
             raise OptionsError(f"connector 'sqlite': no table {table!r} in {self.options.file}")
-        if kind not in (("table",), None):  # a view's rowids are nulls: it would read as empty
-            raise OptionsError(f"connector 'sqlite': option 'table': {table} is a {kind[0]}, which has no rowid to "
+        if kind not in (("table",), None) or not rowid:  # a view's rowids are nulls: it would read as empty
+            what = f"a {kind[0]}" if rowid else "a table whose columns hide rowid, _rowid_ and oid"
+            raise OptionsError(f"connector 'sqlite': option 'table': {table} is {what}, which has no rowid to "
                                "read it in ranges of: copy a rowid table")
         return [_column(name, declared) for name, declared in found]
+
+    @functools.cached_property
+    def _rowid(self) -> str:
+        return _rowid(name for name, _, _ in self._columns)
 
     def schema(self) -> pa.Schema:
         return pa.schema([(name, arrow) for name, _, arrow in self._columns])
@@ -81,23 +94,24 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
         """The greatest rowid: an incremental copy's next run reads the rows added after it (SQLite gives a new row
         a rowid above every other's, unless the greatest was deleted and the table is not AUTOINCREMENT)."""
         with closing(self.connect()) as db:
-            return db.execute(f"SELECT max(rowid) FROM {_quote(self.options.table)}").fetchone()[0]
+            return db.execute(f"SELECT max({self._rowid}) FROM {_quote(self.options.table)}").fetchone()[0]
 
     def boundaries(self) -> Any:
         with closing(self.connect()) as db:
-            low, high, count = db.execute(f"SELECT min(rowid), max(rowid), count(*) FROM {_quote(self.options.table)}"
-                                          ).fetchone()
+            low, high, count = db.execute(f"SELECT min({self._rowid}), max({self._rowid}), count(*) FROM "
+                                          f"{_quote(self.options.table)}").fetchone()
         size = int(Path(self.options.file).stat().st_size * min(1.0, self.options.split_rows / max(count, 1)))
         step = math.ceil((high - low + 1) * self.options.split_rows / count) if count else 1
         return ((upto, size) for upto in range(low + step - 1, high, step)) if count else ()
 
     def _select(self, where: str) -> str:
         columns = ", ".join(selected for _, selected, _ in self._columns)
-        return f"SELECT rowid, {columns} FROM {_quote(self.options.table)} {where} ORDER BY rowid"
+        table, rowid = _quote(self.options.table), self._rowid
+        return f"SELECT {rowid}, {columns} FROM {table} {where.format(rowid=rowid)} ORDER BY {rowid}"
 
     def read(self, connection: sqlite3.Connection, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
         bounds = (-math.inf if split.after is None else split.after, math.inf if split.upto is None else split.upto)
-        rows = connection.execute(self._select("WHERE rowid > ? AND rowid <= ?") + " LIMIT ?", (*bounds, limit))
+        rows = connection.execute(self._select("WHERE {rowid} > ? AND {rowid} <= ?") + " LIMIT ?", (*bounds, limit))
         ids, *values = list(zip(*rows.fetchall(), strict=True)) or [()] * (len(self._columns) + 1)
         try:  # SQLite keeps any value in any column: one its column's Arrow type cannot hold stops the read
             arrays = [pa.array(v, arrow) for v, (_, _, arrow) in zip(values, self._columns, strict=True)]
@@ -108,4 +122,4 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
 
     def reference_rows(self, part: int = 0, parts: int = 1) -> Any:
         with closing(self.connect()) as db:
-            yield from (row[1:] for row in db.execute(self._select(f"WHERE abs(rowid) % {parts} = {part}")))
+            yield from (row[1:] for row in db.execute(self._select(f"WHERE abs({{rowid}}) % {parts} = {part}")))
