@@ -199,7 +199,8 @@ class RunDeletes:
             with self.checkpoint.store.open_input(self.checkpoint.child(self.held["keys"]).path) as stream:
                 self._held = self._typed(pa.ipc.open_file(stream).read_all())
         except (OSError, KeyError, pa.ArrowInvalid):
-            return  # gone or damaged since: the output is read, as if none was kept
+            self.held = {}  # gone or damaged since: the output is read, as if none was kept, and a new one kept
+            return
         self._seen.update(self.held.get("files") or ())
 
     def _output(self, query_id: str = "") -> tuple[pa.Table, pa.Table]:

@@ -93,8 +93,10 @@ def test_the_keys_held_are_the_first_runs_less_later_deletes_with_later_inserts(
 @pytest.mark.parametrize("damage", ["none", "gone", "torn"])
 def test_a_run_reads_the_keys_the_last_kept_or_the_output_where_that_file_is_gone_or_torn(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
-    """Run 2 changes no key of the output (1 to 10) and keeps them in the checkpoint; run 3 reads that file, not the
-    output, or, where the file is gone or cut short, the output: the same delete either way."""
+    """Run 2 changes no key of the output (1 to 10) and keeps them in the checkpoint; run 3 (an update) reads that
+    file, not the output, and names it again, or, where the file is gone or cut short, reads the output and keeps a
+    new one; run 4 finds key 10 gone from what run 3 named."""
+    checkpoint = locate(str(tmp_path / "checkpoint"))
     deletes = _deletes(tmp_path)
     deletes.find(cast(SplitEnumerator[Any, Any], Counting(list(range(1, 11)), [2, 3])))
     changes = deletes.applied("run-2")
@@ -106,11 +108,21 @@ def test_a_run_reads_the_keys_the_last_kept_or_the_output_where_that_file_is_gon
         kept.unlink()
     elif damage == "torn":
         kept.write_bytes(kept.read_bytes()[:100])
-    read_output: list[bool] = []
+    read_output: list[int] = []
     read_files = RunDeletes._held_in_files
-    monkeypatch.setattr(RunDeletes, "_held_in_files", lambda self, *a: read_output.append(True) or read_files(self, *a))
-    third = RunDeletes(3, ["id"], SCHEMA, deletes.committer, deletes.sink, locate(str(tmp_path / "checkpoint")), held)
-    third.find(cast(SplitEnumerator[Any, Any], Counting(list(range(1, 10)), [])))
-    changes = third.applied("run-3")
-    assert changes is not None and changes.deleted.column("id").to_pylist() == [10]
-    assert read_output == ([] if damage == "none" else [True])
+
+    def held_in_files(self: RunDeletes, *args: Any) -> Any:
+        read_output.append(self.run)
+        return read_files(self, *args)
+
+    monkeypatch.setattr(RunDeletes, "_held_in_files", held_in_files)
+    for run, present, changed, deleted in ((3, range(1, 11), [4], []), (4, range(1, 10), [], [10])):
+        deletes = RunDeletes(run, ["id"], SCHEMA, deletes.committer, deletes.sink, checkpoint, held)
+        deletes.find(cast(SplitEnumerator[Any, Any], Counting(list(present), changed)))
+        changes = deletes.applied(f"run-{run}")
+        assert changes is not None and changes.deleted.column("id").to_pylist() == deleted
+        held = deletes.keep_held(f"run-{run}", changes)
+        if run == 3:
+            assert read_output == ([] if damage == "none" else [3])
+            assert held["keys"] == ("keys-run2.arrow" if damage == "none" else "keys-run3.arrow")
+    assert read_output == ([] if damage == "none" else [3]) and held["keys"] == "keys-run4.arrow"
