@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from splitsource._api import SplitEnumerator
 from splitsource._errors import OptionsError
 from splitsource._fs import Location
+from splitsource._names import APPLIED_SUFFIX, DELETED_PREFIX, DELETED_SUFFIX, KEYS_PREFIX, KEYS_SUFFIX
 from splitsource.copyjob._protocol import CHANGE_COLUMN, CHANGE_FIELDS, RUN_COLUMN, marked_schema
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._options import BucketingSinkOptions
@@ -45,7 +46,6 @@ from splitsource.sink.formats import FORMATS
 
 __all__ = ["RunChanges", "RunDeletes"]
 
-KEYS_FILE = "keys-run{run}.arrow"
 
 
 @dataclass(frozen=True)
@@ -59,18 +59,19 @@ class RunChanges:
 
 
 class RunDeletes:
-    """The deletes of run ``run`` of an incremental copy of a source whose key is ``keys`` (in ``schema``) into
-    ``committer``'s output; their file is in ``checkpoint``. ``held``: what the run before's finished marker says
-    the output held after it (:meth:`keep_held`; empty: nothing, the output is read)."""
+    """The deletes of run ``run`` of an incremental copy (rows of ``schema``) into ``committer``'s output, whose
+    rows it applies by their key (``committer.upsert_keys``); their file is in ``checkpoint``. ``held``: what the
+    run before's finished marker says the output held after it (:meth:`keep_held`; empty: nothing, the output is
+    read)."""
 
-    def __init__(self, run: int, keys: Sequence[str], schema: pa.Schema, committer: BucketingGlobalCommitter,
-                 sink: BucketingSinkOptions, checkpoint: Location, held: Mapping[str, Any] | None = None) -> None:
-        self.run, self.keys, self.schema = run, tuple(keys), schema
+    def __init__(self, run: int, schema: pa.Schema, committer: BucketingGlobalCommitter, sink: BucketingSinkOptions,
+                 checkpoint: Location, held: Mapping[str, Any] | None = None) -> None:
+        self.run, self.keys, self.schema = run, committer.upsert_keys, schema
         self.committer, self.sink = committer, sink
         self.checkpoint, self.held = checkpoint, dict(held or {})
         self.key_schema = pa.schema([schema.field(k).with_nullable(True) for k in self.keys])
-        self.place = checkpoint.child(f"deleted-run{run}.parquet")  # found at the first plan
-        self.final = checkpoint.child(f"deleted-run{run}-applied.parquet")  # less the run's own keys, at its end
+        self.place = checkpoint.child(f"{DELETED_PREFIX}{run}{DELETED_SUFFIX}")  # found at the first plan
+        self.final = checkpoint.child(f"{DELETED_PREFIX}{run}{APPLIED_SUFFIX}")  # less the run's own keys, at its end
         self._held: pa.Table | None = None  # the keys the output held before the run, once read
         self._seen: set[str] = set()  # the output's files read for them (files only)
         self._changed: pa.Table | None = None  # the keys the first plan found changed, each once
@@ -159,7 +160,7 @@ class RunDeletes:
             new = wrote.join(self._held_among(held, wrote), names, join_type="left anti")
             # straight to its own name (no marker names it before the run's), then synced with its name: through a
             # buffer and a copy into bytes, 5M keys took 0.35 s more (fresh memory's page faults)
-            keys, store = KEYS_FILE.format(run=self.run), self.checkpoint.store
+            keys, store = f"{KEYS_PREFIX}{self.run}{KEYS_SUFFIX}", self.checkpoint.store
             path = self.checkpoint.child(keys).path
             with store.open_output(path) as stream, pa.ipc.new_file(stream, self.key_schema) as writer:
                 writer.write_table(pa.concat_tables([kept, new]))
@@ -171,10 +172,10 @@ class RunDeletes:
     @staticmethod
     def prune_held(checkpoint: Location, held: Mapping[str, Any]) -> None:
         """Delete the checkpoint's key files but the one ``held`` (the finished marker's) names."""
-        store, prefix = checkpoint.store, KEYS_FILE.split("{", 1)[0]
+        store = checkpoint.store
         for entry in store.list(checkpoint.path):
             name = entry.path.rsplit("/", 1)[-1]
-            if name.startswith(prefix) and name != held.get("keys"):
+            if name.startswith(KEYS_PREFIX) and name.endswith(KEYS_SUFFIX) and name != held.get("keys"):
                 store.delete(entry.path)
 
     def _held_among(self, held: pa.Table, keys: pa.Table) -> pa.Table:

@@ -319,8 +319,7 @@ class Copy:
             if self.changes is Changes.UPSERTS:  # a table's commits of this run replace their keys' rows
                 committer.upsert_keys = tuple(source.key_columns())
                 if self.settings.deletes:
-                    self.deletes = RunDeletes(number, committer.upsert_keys, self.schema, committer, self.sink,
-                                              checkpoint, marker.held)
+                    self.deletes = RunDeletes(number, self.schema, committer, self.sink, checkpoint, marker.held)
             started = committer.last_stream_batch(run_query_id(self.engine.name, claimed.token, number)) is not None
             self.resumed = started  # a run that committed a batch before this call is resumed
         elif marker is not None and marker.seq == _latest_stream_seq(committer):

@@ -48,7 +48,8 @@ def _deletes(tmp_path: Path) -> RunDeletes:
                    out / "part-0.parquet")
     sink = parse_sink_options({"path": str(out), "bucketer": "none", "format": "parquet"})
     committer = BucketingGlobalCommitter(cast(Any, pafs.LocalFileSystem()), str(out), sink.names)
-    return RunDeletes(2, ["id"], SCHEMA, committer, sink, locate(str(checkpoint)))
+    committer.upsert_keys = ("id",)
+    return RunDeletes(2, SCHEMA, committer, sink, locate(str(checkpoint)))
 
 
 @pytest.mark.parametrize(("present", "changed", "listed", "deleted"), [
@@ -81,7 +82,7 @@ def test_the_keys_held_are_the_first_runs_less_later_deletes_with_later_inserts(
             pq.write_table(pa.table({"id": pa.array([key], pa.int64()), "name": pa.array([None], pa.string()),
                                      RUN_COLUMN: pa.array([2], pa.int64()), CHANGE_COLUMN: [change]}),
                            case / "out" / name)
-        deletes = RunDeletes(3, ["id"], SCHEMA, deletes.committer, deletes.sink, locate(str(case / "checkpoint")))
+        deletes = RunDeletes(3, SCHEMA, deletes.committer, deletes.sink, locate(str(case / "checkpoint")))
         enumerator = Counting(source, [11] if 11 in source else [])
         deletes.find(cast(SplitEnumerator[Any, Any], enumerator))
         assert enumerator.listed is listed
@@ -117,7 +118,7 @@ def test_a_run_reads_the_keys_the_last_kept_or_the_output_where_that_file_is_gon
 
     monkeypatch.setattr(RunDeletes, "_held_in_files", held_in_files)
     for run, present, changed, deleted in ((3, range(1, 11), [4], []), (4, range(1, 10), [], [10])):
-        deletes = RunDeletes(run, ["id"], SCHEMA, deletes.committer, deletes.sink, checkpoint, held)
+        deletes = RunDeletes(run, SCHEMA, deletes.committer, deletes.sink, checkpoint, held)
         deletes.find(cast(SplitEnumerator[Any, Any], Counting(list(present), changed)))
         changes = deletes.applied(f"run-{run}")
         assert changes is not None and changes.deleted.column("id").to_pylist() == deleted
