@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -120,19 +120,21 @@ def _check_restore(state: CrashState, root: Path) -> str:
 
 
 def _replay(scenario: str, ops: list[tuple[Any, ...]], root: Path, stop_at: str | None = None,
-            start: int = 0) -> tuple[Counter[str], list[tuple[str, str]]]:
+            start: int = 0, check: Callable[[CrashState, Path], str] | None = None
+            ) -> tuple[Counter[str], list[tuple[str, str]]]:
     """Build each crash state of ``ops`` from point ``start`` on, where it was recorded (``root``: paths are kept
-    absolute), and check it: the outcomes counted by kind, and each state not exact as (kind, description). A
-    state is "refused" (one line from the copy or the sink), or "wrong" (a check of the rows failed, or the run
-    after the crash raised anything but a one-line refusal). A failure to build a state is the harness's, and is
-    raised, never counted. ``stop_at``: stop at the first state of that kind."""
+    absolute), and check it (``check``, by default :func:`_check` of ``scenario``): the outcomes counted by kind,
+    and each state not exact as (kind, description). A state is "refused" (one line from the copy or the sink), or
+    "wrong" (a check of the rows failed, or the run after the crash raised anything but a one-line refusal). A
+    failure to build a state is the harness's, and is raised, never counted. ``stop_at``: stop at the first state
+    of that kind."""
     outcomes: Counter[str] = Counter()
     failures: list[tuple[str, str]] = []
     for state in crash_states(ops, start=start):
         shutil.rmtree(root, ignore_errors=True)
         state.build(root)
         try:
-            outcome = _check(scenario, state, root)
+            outcome = check(state, root) if check is not None else _check(scenario, state, root)
             kind = "exact" if outcome == "exact" else "refused"
         except Exception as exc:  # noqa: BLE001 - every way the run after a crash fails is a finding to report
             kind, outcome = "wrong", f"{type(exc).__name__}: {exc}"

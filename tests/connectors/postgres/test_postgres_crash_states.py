@@ -9,7 +9,6 @@ output's keys instead: with both taken out, 28 of the states went wrong (by hand
 from __future__ import annotations
 
 import pickle
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -25,8 +24,8 @@ from splitsource._names import APPLIED_SUFFIX, DELETED_PREFIX, DELETED_SUFFIX, K
 from tests.connectors.postgres import crash_incremental as ci
 from tests.connectors.postgres.test_postgres_incremental import NEWEST
 from tests.fixtures import ROOT, PostgresServer
-from tests.splitsource.crashfs import CrashState, crash_states
-from tests.splitsource.test_crash_states import states_dir  # noqa: F401 - a fixture: the states in memory
+from tests.splitsource.crashfs import CrashState
+from tests.splitsource.test_crash_states import _replay, states_dir  # noqa: F401 - states_dir: a fixture
 
 pytestmark = pytest.mark.slow
 
@@ -90,26 +89,16 @@ def test_every_crash_state_of_an_incremental_run_ends_exact(postgres15: Postgres
                                                                          range(ci.ROWS + 1, ci.ROWS + 16)}
     assert truth == sorted(expected.items())
 
-    outcomes: Counter[str] = Counter()
-    problems: list[str] = []
     held: Counter[str] = Counter()  # what the crash left of the files the second run adds
-    for state in crash_states(ops, start=ops.index(("mark", "run1"))):
+
+    def check(state: CrashState, built: Path) -> str:
         names = {path.rsplit("/", 1)[-1]: data for path, data in state.files.items()}
         held.update(name for name in (FOUND, APPLIED) if names.get(name) is not None)
         if KEYS in names:
             held["keys file " + ("whole" if _readable(names[KEYS]) else "torn or empty")] += 1
-        shutil.rmtree(root, ignore_errors=True)
-        state.build(root)
-        try:
-            outcome = _check(state, root, postgres15, table_name, truth)
-            kind = "exact" if outcome == "exact" else "refused"
-        except Exception as exc:  # noqa: BLE001 - every way the run after a crash fails is a finding to report
-            kind, outcome = "wrong", f"{type(exc).__name__}: {exc}"
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-        outcomes[kind] += 1
-        if kind != "exact":
-            problems.append(f"{state.describe()}: {outcome}")
+        return _check(state, built, postgres15, table_name, truth)
+
+    outcomes, failures = _replay("incremental", ops, root, start=ops.index(("mark", "run1")), check=check)
     with capsys.disabled():
         print(f"\nincremental crash states: {sum(outcomes.values())}, "
               + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
@@ -117,4 +106,4 @@ def test_every_crash_state_of_an_incremental_run_ends_exact(postgres15: Postgres
     assert sum(outcomes.values()) >= 100
     # the crashes fell on every file the run adds, the keys file torn as well as whole
     assert {FOUND, APPLIED, "keys file whole", "keys file torn or empty"} <= set(held), held
-    assert not problems, f"{len(problems)} crash state(s) not exact:\n" + "\n".join(problems[:20])
+    assert not failures, f"{len(failures)} crash state(s) not exact:\n" + "\n".join(t for _, t in failures[:20])
