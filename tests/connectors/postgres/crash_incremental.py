@@ -3,7 +3,7 @@ second after rows were deleted, updated and inserted, with the storage door trac
 (:mod:`tests.splitsource.crashfs`), the read tasks run in this process (``crash_scenarios.InlineEngine``).
 
 The second run writes every file an incremental run adds to a copy's: the deletes it found at its first plan
-(``deleted-run2.parquet``), those less its own keys (``deleted-run2.applied.parquet``), its delete rows' commit,
+(``deleted-run2.parquet``), those less its own keys (``deleted-run2-applied.parquet``), its delete rows' commit,
 the keys the output holds after it (``keys-run2.arrow``) and its finished marker, which names them.
 
 ``python -m tests.connectors.postgres.crash_incremental ROOT TRACE TABLE DSN`` records it under ROOT into TRACE in a
@@ -51,18 +51,19 @@ def record(root: Path, table: str, dsn: str) -> list[tuple[Any, ...]]:
     from splitsource import _fs
     from tests.splitsource.crashfs import Recorder
 
+    password = os.environ["PGPASSWORD"]
     with psycopg.connect(dsn, autocommit=True) as conn:
         make_table(conn, table)
     recorder = Recorder(root)
     _fs.set_tracer(recorder)
     try:
-        copy_once(root, table, dsn, os.environ["PGPASSWORD"])
+        copy_once(root, table, dsn, password)
         recorder.mark("run1")
         with psycopg.connect(dsn, autocommit=True) as conn:
             for change in CHANGES:
                 conn.execute(change.format(t=table))
             conn.execute("SELECT pg_stat_force_next_flush()")  # counted before the next run looks
-        copy_once(root, table, dsn, os.environ["PGPASSWORD"])
+        copy_once(root, table, dsn, password)
         recorder.mark("returned")
     finally:
         _fs.set_tracer(None)
