@@ -11,7 +11,9 @@ free loopback addresses from 127.0.0.40;
 - ``LOCAL_QUORUM`` with a dc1 replica down fails after the retry budget in one line naming the consistency level and
   the live replicas; with no dc1 node up, a copy fails in one line before claiming anything.
 
-Nodes are restored by the tests that need them up (``Ring.ensure_up``), so each test also runs alone.
+Nodes are restored by the tests that need them up (``Ring.ensure_up``), so each test also runs alone. The tests
+are in the order that restarts fewest nodes (a restart: about 16 s): those with every node up first, then those
+that lose the same dc1 node, then those with it down.
 """
 
 from __future__ import annotations
@@ -211,6 +213,54 @@ def assert_exact(out: Path) -> None:
     assert all(p == i.to_bytes(8, "big") * 25 for i, p in zip(ids, table["payload"].to_pylist(), strict=True))
 
 
+def test_local_dc_reads_only_its_data_centre(ring: Ring, tmp_path: Path) -> None:
+    ring.ensure_up(*range(FIRST, FIRST + NODES))
+    before = ring.scans()
+    result = subprocess.run(copy_command("local", tmp_path / "out", "-o", "consistency=LOCAL_QUORUM"), cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert_exact(tmp_path / "out")
+    after = ring.scans()
+    grew = {address: after[address] - before[address] for address in after}
+    assert grew[f"127.0.0.{FIRST + 2}"] == 0, f"dc2 served range reads: {grew}"
+    assert all(grew[address] > 0 for address in DC1), f"dc1 did not serve the reads: {grew}"
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["every-node-up", "a-replica-down"])
+def test_a_timeout_with_a_replica_down_is_not_taken_for_a_wide_partition(ring: Ring, tmp_path: Path,
+                                                                          lost: bool) -> None:
+    """The same first-page timeouts: with every node up they shrink the page (a wide partition, as far as the
+    reader can tell); with a replica of the range down (hung: its port answers late) they are read again at full
+    size from a live replica, by readers that start after it was lost."""
+    ring.ensure_up(FIRST, FIRST + 2)
+    if lost and ring.pid(FIRST + 1) is not None:
+        ring.kill(FIRST + 1)
+    if not lost:
+        ring.ensure_up(FIRST + 1)
+    hung = HungPort(f"127.0.0.{FIRST + 1}") if lost else None
+    proof = tmp_path / "proof"
+    proof.mkdir()
+    out = tmp_path / "out"
+    command = copy_command("local", out, "-o", f"proof={proof}")
+    command[command.index("cassandra")] = "tests.connectors.cassandra.first_page_timeout:FirstPageTimeoutSource"
+    try:
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        if hung is not None:
+            hung.close()
+    assert result.returncode == 0, result.stderr
+    assert_exact(out)
+    summary = json.loads(Path(f"{out}.summary.json").read_text())
+    splits, events = summary["splits"], summary.get("events", {})
+    timeouts = len(list(proof.glob("timeout-*")))
+    assert timeouts == splits, f"the fake timed out {timeouts} first pages of {splits} splits"  # the fault happened
+    if hung is not None:
+        assert hung.accepted > 0, "no session tried the hung node"
+        assert events.get("replica_down") == splits and "page_shrunk" not in events, events
+    else:
+        assert events.get("page_shrunk") == splits and "replica_down" not in events, events
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_a_replica_lost_mid_copy_is_read_around_and_named(ring: Ring, tmp_path: Path, engine: str,
@@ -234,19 +284,6 @@ def test_a_replica_lost_mid_copy_is_read_around_and_named(ring: Ring, tmp_path: 
                             "local_dc=dc1", "--output", str(tmp_path / "out")], cwd=ROOT, capture_output=True,
                            text=True, timeout=300)
     assert check.returncode == 0 and "MATCH" in check.stdout, check.stdout + check.stderr
-
-
-def test_local_dc_reads_only_its_data_centre(ring: Ring, tmp_path: Path) -> None:
-    ring.ensure_up(*range(FIRST, FIRST + NODES))
-    before = ring.scans()
-    result = subprocess.run(copy_command("local", tmp_path / "out", "-o", "consistency=LOCAL_QUORUM"), cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert_exact(tmp_path / "out")
-    after = ring.scans()
-    grew = {address: after[address] - before[address] for address in after}
-    assert grew[f"127.0.0.{FIRST + 2}"] == 0, f"dc2 served range reads: {grew}"
-    assert all(grew[address] > 0 for address in DC1), f"dc1 did not serve the reads: {grew}"
 
 
 def test_local_quorum_with_a_replica_down_fails_in_one_line(ring: Ring, tmp_path: Path) -> None:
@@ -283,38 +320,3 @@ def test_no_live_node_in_local_dc_fails_in_one_line_before_claiming(ring: Ring, 
     result = subprocess.run(elsewhere, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
     assert "option 'local_dc': 'dc9' is not a data centre of this cluster; its data centres: dc1, dc2" in result.stderr
-
-
-@pytest.mark.parametrize("lost", [False, True], ids=["every-node-up", "a-replica-down"])
-def test_a_timeout_with_a_replica_down_is_not_taken_for_a_wide_partition(ring: Ring, tmp_path: Path,
-                                                                          lost: bool) -> None:
-    """The same first-page timeouts: with every node up they shrink the page (a wide partition, as far as the
-    reader can tell); with a replica of the range down (hung: its port answers late) they are read again at full
-    size from a live replica, by readers that start after it was lost."""
-    ring.ensure_up(FIRST, FIRST + 2)
-    if lost and ring.pid(FIRST + 1) is not None:
-        ring.kill(FIRST + 1)
-    if not lost:
-        ring.ensure_up(FIRST + 1)
-    hung = HungPort(f"127.0.0.{FIRST + 1}") if lost else None
-    proof = tmp_path / "proof"
-    proof.mkdir()
-    out = tmp_path / "out"
-    command = copy_command("local", out, "-o", f"proof={proof}")
-    command[command.index("cassandra")] = "tests.connectors.cassandra.first_page_timeout:FirstPageTimeoutSource"
-    try:
-        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    finally:
-        if hung is not None:
-            hung.close()
-    assert result.returncode == 0, result.stderr
-    assert_exact(out)
-    summary = json.loads(Path(f"{out}.summary.json").read_text())
-    splits, events = summary["splits"], summary.get("events", {})
-    timeouts = len(list(proof.glob("timeout-*")))
-    assert timeouts == splits, f"the fake timed out {timeouts} first pages of {splits} splits"  # the fault happened
-    if hung is not None:
-        assert hung.accepted > 0, "no session tried the hung node"
-        assert events.get("replica_down") == splits and "page_shrunk" not in events, events
-    else:
-        assert events.get("page_shrunk") == splits and "replica_down" not in events, events
