@@ -47,21 +47,28 @@ def spark() -> Iterator[object]:
 
 
 def search_port(first: int, stop: int, what: str, span: int = 1, step: int = 1) -> int:
-    """The first port of ``first`` .. ``stop - 1`` (every ``step``-th) with nothing on it or the ``span - 1`` after
-    it, for ``what``; fails the test when there is none. Under pytest-xdist each worker searches its own half, so
-    that two workers starting servers at the same moment never both find one port free."""
+    """The first port of this pytest process's share (:func:`worker_ports`) of ``first`` .. ``stop - 1`` with nothing
+    on it or the ``span - 1`` after it, for ``what``; fails the test when there is none."""
     from scripts.cassandra import port_open
 
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is not None:
-        half = (stop - first) // 2
-        first += half * (int(worker.removeprefix("gw")) % 2)
-        stop = first + half
-    ports = range(first, stop, step)
+    ports = worker_ports(first, stop, step)
     port = next((p for p in ports if not any(port_open("127.0.0.1", p + i, 0.2) for i in range(span))), None)
     if port is None:
-        pytest.fail(f"no free port for {what} in {first}-{stop - 1}", pytrace=False)
+        pytest.fail(f"no free port for {what} in {first}-{stop - 1} (this process's: {list(ports)})", pytrace=False)
     return port
+
+
+def worker_ports(first: int, stop: int, step: int = 1) -> range:
+    """Every ``step``-th port of ``first`` .. ``stop - 1``, or under pytest-xdist this worker's share of them (worker
+    ``gw<i>`` of ``n`` takes the ``i``-th of ``n`` equal runs), so that two workers starting servers at the same
+    moment never both find one port free, however many workers there are (``-n``)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    ports = range(first, stop, step)
+    if worker is None or count is None:
+        return ports
+    share = len(ports) // int(count)
+    index = int(worker.removeprefix("gw"))
+    return ports[index * share:(index + 1) * share]
 
 
 @dataclass(frozen=True)
