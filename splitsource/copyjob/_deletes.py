@@ -170,12 +170,14 @@ class RunDeletes:
         return {"keys": keys, "files": files}
 
     @staticmethod
-    def prune_held(checkpoint: Location, held: Mapping[str, Any]) -> None:
-        """Delete the checkpoint's key files but the one ``held`` (the finished marker's) names."""
+    def prune(checkpoint: Location, held: Mapping[str, Any]) -> None:
+        """Once a run is marked finished: delete the checkpoint's key files but the one ``held`` (the marker's)
+        names, and the runs' deleted keys, which no run reads again (an hourly copy would keep two files a run)."""
         store = checkpoint.store
         for entry in store.list(checkpoint.path):
             name = entry.path.rsplit("/", 1)[-1]
-            if name.startswith(KEYS_PREFIX) and name.endswith(KEYS_SUFFIX) and name != held.get("keys"):
+            if (name.startswith(KEYS_PREFIX) and name.endswith(KEYS_SUFFIX) and name != held.get("keys")
+                    or name.startswith(DELETED_PREFIX) and name.endswith(DELETED_SUFFIX)):
                 store.delete(entry.path)
 
     def _held_among(self, held: pa.Table, keys: pa.Table) -> pa.Table:

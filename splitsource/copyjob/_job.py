@@ -206,6 +206,7 @@ class Copy:
         self.resumed: bool | None = None  # whether this call resumes its run (None: whether it resumed the copy)
         self.deletes: RunDeletes | None = None  # an incremental run's deletes (found at its first plan)
         self.changed: RunChanges | None = None  # what the run changed by key (None: deletes not looked for)
+        self.rows_before_run = 0  # rows the copy committed in its runs before this call's (next_run)
         if self.changes is Changes.UPSERTS and self.sink.table_format != "none" and self.sink.bucketer != "none":
             raise OptionsError(f"--incremental into a {self.sink.table_format} table applies each run's rows by key, "
                                "into a table without partitions: leave out the bucketer")
@@ -296,7 +297,7 @@ class Copy:
         try:
             _describe_output(self.sink, committer, self.changes)
             run = self.next_run(claimed)
-            rows_before = self.committed_rows(claimed.token, run.run)
+            rows_before = self.rows_before_run + self.run_rows(claimed.token, run.run)
             result = run.finished or self.run_engine(run.copy_run)
             return claimed, result, rows_before
         except LeaseLostError:
@@ -314,6 +315,8 @@ class Copy:
         number, read, source = 1, self.read, self.source
         if self.changes is not None and marker is not None:
             number, self.since = marker.run + 1, dict(marker.instant)
+            self.rows_before_run = marker.rows if marker.rows is not None else sum(
+                self.run_rows(claimed.token, n) for n in range(1, number))  # a marker from before it kept them
             read = self.read.since(self.since)
             source = read.source(built=self.source)  # the table described once
             if self.changes is Changes.UPSERTS:  # a table's commits of this run replace their keys' rows
@@ -348,24 +351,27 @@ class Copy:
             held = deletes.keep_held(query, self.changed)
         elif deletes is not None and not self.committer.query_rows(query):
             held = deletes.held  # a run that found nothing changed: the output is as the run before left it
-        mark_finished(self.checkpoint, run.token, self.committer, result, held)
+        mark_finished(self.checkpoint, run.token, self.committer, result,
+                      self.rows_before_run + self.run_rows(run.token, run.run), held)
         if self.changes is Changes.UPSERTS:
-            RunDeletes.prune_held(self.checkpoint, held)
+            RunDeletes.prune(self.checkpoint, held)
         return result
 
-    def committed_rows(self, token: str, runs: int) -> int:
-        """Rows the copy committed in its runs 1 to ``runs``."""
-        return sum(self.committer.query_rows(run_query_id(self.engine.name, token, n)) for n in range(1, runs + 1))
+    def run_rows(self, token: str, run: int) -> int:
+        """Rows the copy committed in its run ``run`` (the runs before are counted in the last one's marker: an
+        hourly copy's runs are thousands, and each asks the commit log)."""
+        return self.committer.query_rows(run_query_id(self.engine.name, token, run))
 
     def summary(self, result: EngineResult, claimed: Claim, rows_before: int, started: float) -> CopySummary:
         """What the copy reports, written into ``_SUCCESS`` as it is marked finished: an incremental run's rows are
         the run's (resumed or not), a copy's those this call committed."""
         committer, stats = self.committer, result.stats
-        total_rows = self.committed_rows(claimed.token, result.run)
-        files = committer.finished_files()
-        size = sum((e.size or 0) for e in (committer.fs.info(p) for p in files) if e is not None)
+        this_run = self.run_rows(claimed.token, result.run)
+        total_rows = self.rows_before_run + this_run
+        files = committer.finished_entries()
+        size = sum(e.size or 0 for e in files)
         rows, seconds = total_rows - rows_before, time.monotonic() - started
-        run_rows = total_rows - self.committed_rows(claimed.token, result.run - 1) if self.changes else 0
+        run_rows = this_run if self.changes else 0
         changed = self.changed
         by_key = (-1, -1, -1) if changed is None else (changed.inserted, changed.updated, changed.deleted.num_rows)
         summary = CopySummary(rows, total_rows, len(files), size, result.taken, result.batches, seconds,
@@ -400,7 +406,8 @@ class Finished:
     """``<checkpoint>/finished.json``: the engine ran the source to its end (for an incremental copy: its run
     ``run``), when the output's newest commit record was ``seq``; ``instant``: where the source stood for that run
     (the next incremental run reads the changes after it); ``held``: what the output held after it, for the next run's
-    deletes (:meth:`splitsource.copyjob._deletes.RunDeletes.keep_held`)."""
+    deletes (:meth:`splitsource.copyjob._deletes.RunDeletes.keep_held`); ``rows``: the rows the copy committed in its
+    runs 1 to ``run`` (None: a marker written before it was kept)."""
 
     token: str
     seq: int
@@ -409,14 +416,16 @@ class Finished:
     run: int = 1
     instant: Mapping[str, Any] = field(default_factory=dict)
     held: Mapping[str, Any] = field(default_factory=dict)
+    rows: int | None = None
 
 
 def mark_finished(checkpoint: Location, token: str, committer: BucketingGlobalCommitter,
-                  result: EngineResult, held: Mapping[str, Any] | None = None) -> None:
+                  result: EngineResult, rows: int, held: Mapping[str, Any] | None = None) -> None:
     """Record that the engine ran the source to its end, with the output's newest commit record at that moment
-    (``held``: an incremental run's, what the output holds after it: :meth:`RunDeletes.keep_held`)."""
+    and ``rows``, the rows the copy committed in its runs so far (``held``: an incremental run's, what the output
+    holds after it: :meth:`RunDeletes.keep_held`)."""
     marker = Finished(token, _latest_stream_seq(committer), result.taken, result.total, result.run,
-                      dict(result.instant), dict(held or {}))
+                      dict(result.instant), dict(held or {}), rows)
     checkpoint.store.write(checkpoint.child(FINISHED_FILE).path, json.dumps(asdict(marker)).encode())
 
 
@@ -426,7 +435,8 @@ def finished_marker(checkpoint: Location, token: str) -> Finished | None:
     try:
         found = json.loads(checkpoint.store.read_text(checkpoint.child(FINISHED_FILE).path))
         marker = Finished(str(found["token"]), int(found["seq"]), int(found["taken"]), int(found["total"]),
-                          int(found.get("run", 1)), dict(found.get("instant") or {}), dict(found.get("held") or {}))
+                          int(found.get("run", 1)), dict(found.get("instant") or {}), dict(found.get("held") or {}),
+                          None if found.get("rows") is None else int(found["rows"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return marker if marker.token == token else None

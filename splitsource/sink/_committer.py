@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from serializers import MsgpackRecordSerializer, SerializationError, read_envelope, write_envelope
 from splitsource._errors import OptionsError, SinkError
-from splitsource._fs import Location, Store, as_store, locate, split_uri
+from splitsource._fs import Entry, Location, Store, as_store, locate, split_uri
 from splitsource._names import (
     COMMIT_LOG_DIR,
     COMMIT_SUFFIX,
@@ -487,8 +487,12 @@ class BucketingGlobalCommitter:
         return [p for p in paths if not self.fs.exists(p)]
 
     def finished_files(self) -> list[str]:
-        return [i.path for i in self._walk(self.base, recursive=True)
-                if not i.name.startswith(("_", ".")) and self._relative(i.path).split("/")[0] not in self._reserved]
+        return [e.path for e in self.finished_entries()]
+
+    def finished_entries(self) -> list[Entry]:
+        """The output's part files as one listing gives them, sizes included (no request per file)."""
+        return [e for e in self._walk(self.base, recursive=True)
+                if not e.name.startswith(("_", ".")) and self._relative(e.path).split("/")[0] not in self._reserved]
 
     @property
     def _reserved(self) -> frozenset[str]:
@@ -497,7 +501,7 @@ class BucketingGlobalCommitter:
 
     # -- internals ---------------------------------------------------------------------------------------------
 
-    def _walk(self, root: str, recursive: bool) -> list[Any]:
+    def _walk(self, root: str, recursive: bool) -> list[Entry]:
         try:
             entries = self.fs.list(root, recursive=recursive)
         except OSError as exc:

@@ -581,7 +581,8 @@ def test_the_next_run_reads_the_keys_the_last_one_kept_not_the_output(
     """A run with deletes keeps the keys the output holds after it in the checkpoint (``keys-run<N>.arrow``, which
     its finished marker names): the next run reads them, not the output, and finds every delete; a run that changes
     no key names the file the one before did; a run killed after writing its file, before its marker, is re-run
-    exact and the older file goes; a run with --no-deletes keeps none, so the next one reads the output."""
+    exact and the older file goes; a run with --no-deletes keeps none, so the next one reads the output. A run's
+    deleted keys stay in the checkpoint until it is marked finished, no longer."""
     import json
 
     from splitsource import copy
@@ -616,6 +617,9 @@ def test_the_next_run_reads_the_keys_the_last_one_kept_not_the_output(
     def kept() -> list[str]:
         return sorted(p.name for p in checkpoint.glob("keys-run*.arrow"))
 
+    def deleted() -> list[str]:
+        return sorted(p.name for p in checkpoint.glob("deleted-run*"))
+
     def change(*statements: str) -> int:
         """Run ``statements``; the rows they deleted."""
         with server.connect() as conn:
@@ -627,6 +631,7 @@ def test_the_next_run_reads_the_keys_the_last_one_kept_not_the_output(
     gone = change("DELETE FROM {table} WHERE id % 100 = 0",
                   "INSERT INTO {table} (id, name, score) VALUES (5000, 'new', 1)")
     assert (run().deleted, marker()["keys"], kept()) == (gone, "keys-run2.arrow", ["keys-run2.arrow"])
+    assert deleted() == []
     assert read_output == [2]  # run 1 kept no keys
     change("UPDATE {table} SET name = 'changed' WHERE id % 7 = 0", "DELETE FROM {table} WHERE id = 7")
     assert (run().deleted, marker()["keys"], read_output) == (1, "keys-run3.arrow", [])
@@ -646,10 +651,11 @@ def test_the_next_run_reads_the_keys_the_last_one_kept_not_the_output(
     with pytest.raises(_DiedBeforeItsMarker):
         run()
     assert (marker()["keys"], kept()) == ("keys-run3.arrow", ["keys-run3.arrow", "keys-run5.arrow"])
+    assert deleted() == ["deleted-run5-applied.parquet", "deleted-run5.parquet"]  # the re-run applies them
     monkeypatch.setattr(_job, "mark_finished", finished)
     summary = run()
     assert (summary.run, summary.deleted, summary.inserted) == (5, gone, 1), summary
-    assert (marker()["keys"], kept(), read_output) == ("keys-run5.arrow", ["keys-run5.arrow"], [])
+    assert (marker()["keys"], kept(), read_output, deleted()) == ("keys-run5.arrow", ["keys-run5.arrow"], [], [])
     assert _rows_of(out, output) == _truth(server, table_name)
 
     change("DELETE FROM {table} WHERE id = 2")

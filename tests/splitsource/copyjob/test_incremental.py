@@ -127,3 +127,29 @@ def test_an_append_only_source_adds_each_runs_rows_to_a_table(tmp_path: Path, fm
     frame = polars_table(out, fmt)
     assert frame.columns == ["id", "name"] and sorted(frame["id"].to_list()) == list(range(2600))
     assert len(committer.table.history(committer)) == versions
+
+
+def test_a_runs_commit_log_reads_do_not_grow_with_the_runs_before_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An hourly copy's runs are thousands: a run asks the commit log of its own run alone (the runs before are
+    counted in the last finished run's marker), and its totals stay exact, from an older marker too."""
+    from splitsource.sink._committer import BucketingGlobalCommitter
+
+    asked: list[str] = []
+    query_rows = BucketingGlobalCommitter.query_rows
+    monkeypatch.setattr(BucketingGlobalCommitter, "query_rows",
+                        lambda self, query_id: asked.append(query_id) or query_rows(self, query_id))
+    out, per_run, previous = tmp_path / "out", [], 0
+    for n, rows in enumerate((300, 400, 550, 700, 800), start=1):
+        asked.clear()
+        done = copy("generator", {"rows": "100", "appended": str(rows - 100), "columns": "id:bigint"}, out,
+                    engine="local", workers=1, incremental=True)
+        assert (done.run, done.total_rows, done.run_rows) == (n, rows, rows - previous), done
+        per_run.append(len(set(asked)))
+        previous = rows
+        if n == 4:  # a marker written before it counted the rows: the runs are asked once, then counted again
+            marker = out.parent / "out.checkpoint" / "finished.json"
+            marker.write_text(json.dumps({k: v for k, v in json.loads(marker.read_text()).items() if k != "rows"}))
+    assert per_run[1] == per_run[2] == 1, per_run  # run 2 on: its own query id alone
+    assert per_run[4] == 5, per_run  # after the old marker: runs 1 to 5
+    assert committed_rows(out) == 800
