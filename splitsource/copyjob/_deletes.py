@@ -199,7 +199,7 @@ class RunDeletes:
         if not self.held.get("keys"):
             return
         try:
-            with self.checkpoint.store.open_input(self.checkpoint.child(self.held["keys"]).path) as stream:
+            with self.checkpoint.store.open_mapped(self.checkpoint.child(self.held["keys"]).path) as stream:
                 self._held = self._typed(pa.ipc.open_file(stream).read_all())
         except (OSError, KeyError, pa.ArrowInvalid):
             self.held = {}  # gone or damaged since: the output is read, as if none was kept, and a new one kept
