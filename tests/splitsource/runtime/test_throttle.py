@@ -6,7 +6,7 @@ import pytest
 
 from connectors.generator import GeneratorSource
 from splitsource._planning import FrameworkOptions, ReadRate, concurrent_readers
-from splitsource.runtime import SourceReader
+from splitsource.runtime import SourceReader, _source_reader
 from splitsource.runtime._throttle import Throttle
 
 
@@ -66,10 +66,15 @@ def test_the_job_rate_is_shared_by_the_readers_that_run_at_once() -> None:
     assert not FrameworkOptions(connector="g").rate.limited
 
 
-def test_a_throttled_reader_sleeps_its_share_and_reads_every_row_once() -> None:
+def test_a_throttled_reader_sleeps_its_share_and_reads_every_row_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the reader's throttle on the fake clock, which stands still while the source works: every batch's share is
+    # slept, however fast this machine reads (on the real clock, a loaded machine's slow reads slept less)
+    clock = FakeClock()
+    monkeypatch.setattr(_source_reader, "Throttle", lambda rate: Throttle(rate, clock=clock, sleep=clock.sleep))
     source = GeneratorSource({"rows": "3000", "split_rows": "1000", "batch_rows": "500"})
     enumerator = source.create_enumerator(None)  # type: ignore[arg-type]
     reader = SourceReader(source, enumerator.next_split, rate=ReadRate(rows_per_s=10_000))
     ids = [i for b in reader.read() for i in b.column("id").to_pylist()]
     assert ids == list(range(3000))
-    assert reader.metrics.throttled_s == pytest.approx(0.3, abs=0.05)  # 3,000 rows at 10,000 rows/s, instant source
+    assert clock.slept == pytest.approx([0.05] * 6)  # 6 batches of 500 rows at 10,000 rows/s
+    assert reader.metrics.throttled_s == pytest.approx(0.3)
