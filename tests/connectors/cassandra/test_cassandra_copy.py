@@ -87,7 +87,8 @@ def test_cassandra_copy_to_json_lines_killed_and_rerun_is_exact(table: Any, tmp_
 
 def test_cassandra_copy_to_parquet_bucketed_by_column_verifies(table: Any, tmp_path: Path, spark: Any) -> None:
     out = tmp_path / "events"
-    result = run(["copy", *source_args(table), "--output", str(out), "--bucketer", "columns",
+    # the local engine: the Spark engine's bucketing is tested by tests/splitsource/copyjob/test_table_copy.py
+    result = run(["copy", *source_args(table), "--engine", "local", "--output", str(out), "--bucketer", "columns",
                   "--sink-option", "bucket_columns=kind"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert (out / "kind=k1").is_dir() and (out / "kind=__HIVE_DEFAULT_PARTITION__").is_dir()
@@ -126,7 +127,9 @@ def test_cassandra_copy_to_csv_writes_blobs_as_base64_and_verifies(table: Any, t
     finally:
         cluster.shutdown()
     out = tmp_path / "blobs"
-    result = run(["copy", *source_args(table, table="blobs"), "--output", str(out), "--format", "csv", "--quiet"])
+    # the local engine: the Spark engine's CSV is tested by test_cassandra_fidelity.py's every-format test
+    result = run(["copy", *source_args(table, table="blobs"), "--engine", "local", "--output", str(out), "--format",
+                  "csv", "--quiet"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "copy finished: 200 rows" in result.stdout
     rows = {r["id"]: r for r in spark.read.option("header", True).option("escape", '"').option("inferSchema", False)
