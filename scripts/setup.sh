@@ -10,10 +10,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip uv
 # the build backend (hatchling) installs the package editable as a path entry (a .pth file), which is what lets
-# Spark's Python workers discover pyspark_splitsource (they scan sys.path for pyspark_* modules). Through uv, which
-# fetches and unpacks in parallel: the same packages as pip's install, in 36 s against 52 s on a fresh 2-core
-# machine, each package's bytecode compiled as pip does (these machines set PYTHONDONTWRITEBYTECODE, so a package
-# installed without it would be compiled again by every process that imports it)
+# Spark's Python workers discover pyspark_splitsource (they scan sys.path for pyspark_* modules). Through uv: the same
+# packages as pip's install, sooner (docs/testing.md), each package's bytecode compiled as pip does (these machines
+# set PYTHONDONTWRITEBYTECODE, so a package installed without it would be compiled again by every process that
+# imports it)
 .venv/bin/python -m uv pip install -q --compile-bytecode --python .venv/bin/python -e ".[dev]"
 # the project's bytecode, as a wheel's install writes it: where PYTHONDONTWRITEBYTECODE is set, every process the
 # tests start (a copy, its workers, Spark's Python workers) would otherwise compile the package from source
