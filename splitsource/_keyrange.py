@@ -119,12 +119,12 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
 
     @abc.abstractmethod
     def read(self, connection: Any, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
-        """One page of ``split``: at most ``limit`` rows with ``split.after < key <= split.upto``, in key order, as
-        an Arrow batch of :meth:`schema`; the key the next page reads after (its last row's; ``None`` when there is
-        no row); and whether the range is done (no row after this page's in it). The end is said, never inferred
-        from a short page: a server may cap its pages below ``limit``. A page of more than ``limit`` rows, or of
-        none that neither ends the range nor reads past a key (a run of keys holding no row), is a
-        :class:`~splitsource.ProtocolError`."""
+        """One page of ``split``: at most ``limit`` rows with ``split.after < key <= split.upto``, in key order (but
+        for a page that ends the range, which no page reads after), as an Arrow batch of :meth:`schema`; the key
+        the next page reads after (its last row's; ``None`` when there is no row); and whether the range is done
+        (no row after this page's in it). The end is said, never inferred from a short page: a server may cap its
+        pages below ``limit``. A page of more than ``limit`` rows, or of none that neither ends the range nor
+        reads past a key (a run of keys holding no row), is a :class:`~splitsource.ProtocolError`."""
 
     def start(self) -> None:
         """Called once where the plan is cut (the driver), before :meth:`boundaries`, :meth:`last_key` and the

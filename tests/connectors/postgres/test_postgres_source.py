@@ -235,6 +235,105 @@ def test_an_incremental_run_reads_its_changed_rows_by_their_places(postgres15: P
     assert again == sorted([r for r in wanted if r[0] != 3] + [(3, 0), (10, 0)])
 
 
+def _run_after_changes(server: PostgresServer, table_name: str, **extra: str) -> tuple[Any, dict[str, Any],
+                                                                                      list[tuple[int, int]]]:
+    """A 20,000-row table copied once (an instant), then 100 rows updated and 50 inserted: the next run's
+    enumerator (started: close it), its readers' options, and the rows it must read, (k, v) sorted."""
+    with server.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (k int8 PRIMARY KEY, v int4)")
+        conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(1, 20000) i")
+    settings = options(server, table_name, split_size_mb="0.1", **extra)
+    first = PostgresSource(settings).create_enumerator(FixedEnumeratorContext(1))
+    first.start()
+    since = first.instant()
+    first.close()
+    with server.connect() as conn:
+        conn.execute(f"UPDATE {table_name} SET v = -v WHERE k % 200 = 3")
+        conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(20001, 20050) i")
+    source = PostgresSource(settings)
+    source.since = since
+    later = source.create_enumerator(FixedEnumeratorContext(2))
+    later.start()
+    handed = {**settings, **later.reader_options(), "since": since}
+    return later, handed, sorted([(k, -k) for k in range(3, 20000, 200)] + [(k, k) for k in range(20001, 20051)])
+
+
+def _reader_of(handed: dict[str, Any], **extra: str) -> PostgresSource:
+    source = PostgresSource({k: v for k, v in {**handed, **extra}.items() if k != "since"})
+    source.since = handed["since"]
+    return source
+
+
+def test_a_page_holding_every_place_left_is_read_in_two_halves_at_once(postgres15: PostgresServer,
+                                                                       table_name: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a reader's places all fit one page, it reads them in two halves at once, one on each of its two
+    sessions in the run's snapshot, and the page ends the range: each query waits here until the other has been
+    sent too (so one after the other would break the barrier), and the rows are exactly the changed ones."""
+    import threading
+
+    from connectors.postgres import _session
+
+    enumerator, handed, wanted = _run_after_changes(postgres15, table_name, page_rows="1000")
+    try:
+        (split,) = list(iter(enumerator.next_split, None))
+        assert handed["tids"].count("(") == len(wanted) == 150
+        both, query, sessions = threading.Barrier(2), _session.Connection.query, set()
+
+        def together(connection: _session.Connection, sql: str) -> pa.RecordBatch:
+            if "ctid = ANY" in sql:
+                sessions.add(id(connection))
+                both.wait(timeout=60)
+            return query(connection, sql)
+
+        monkeypatch.setattr(_session.Connection, "query", together)
+        rows, _ = _read_whole(_reader_of(handed), split)
+    finally:
+        enumerator.close()
+    assert len(sessions) == 2
+    assert rows == wanted
+
+
+def test_wake_up_cancels_both_halves_of_a_page(postgres15: PostgresServer, table_name: str) -> None:
+    """A page read in two halves at once, each query sleeping 60 s on the server (a ``where`` with an uncorrelated
+    pg_sleep): wake_up cancels both sessions' queries, so the fetch comes back at once with nothing, and no query of
+    the page is left running; the split, read again, gives the changed rows."""
+    import threading
+
+    enumerator, handed, wanted = _run_after_changes(postgres15, table_name, page_rows="1000")
+    try:
+        (split,) = list(iter(enumerator.next_split, None))
+        reader = _reader_of(handed, where="(SELECT pg_sleep(60)) IS NOT NULL").create_split_reader()
+        reader.add_splits([split])
+        fetched: list[Any] = []
+        fetching = threading.Thread(target=lambda: fetched.append(reader.fetch()))
+        fetching.start()
+
+        def sleeping() -> int:
+            with postgres15.connect() as conn:
+                return int(conn.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' "
+                                        "AND query LIKE '%ctid = ANY%' AND pid <> pg_backend_pid()").fetchone()[0])
+
+        deadline = time.monotonic() + 60
+        while sleeping() < 2:
+            assert time.monotonic() < deadline, "the page's two halves never ran at once"
+            time.sleep(0.05)
+        reader.wake_up()
+        fetching.join(30)
+        assert not fetching.is_alive(), "the fetch waited for a half wake_up did not cancel"
+        assert not fetched[0].batches and not fetched[0].finished
+        deadline = time.monotonic() + 30
+        while sleeping():
+            assert time.monotonic() < deadline, "a half of the page still runs on the server"
+            time.sleep(0.05)
+        reader.close()
+        rows, _ = _read_whole(_reader_of(handed), split)
+    finally:
+        enumerator.close()
+    assert rows == wanted
+
+
 def _rows_per_split(server: PostgresServer, source: PostgresSource) -> list[int]:
     enumerator = source.create_enumerator(FixedEnumeratorContext(2))
     enumerator.start()
