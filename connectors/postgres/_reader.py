@@ -2,8 +2,9 @@
 C), inside the run's snapshot.
 
 A reader's session is one REPEATABLE READ transaction that imports the run's snapshot (when the copy exported
-one). A key range is read in pages ordered by the key, each after the last key read; a block range in pages of
-whole blocks (or, for pages of fewer rows than a block holds, of rows in ``ctid`` order).
+one; a reader of an incremental run's changed rows by their places has two). A key range is read in pages ordered
+by the key, each after the last key read; a block range in pages of whole blocks (or, for pages of fewer rows than
+a block holds, of rows in ``ctid`` order).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ def page(connection: Connection, options: PostgresOptions, table: Table, split: 
     """One page of ``split``: its rows as the table's Arrow schema, the key the next page reads after, and whether
     the range is done. ``since`` (an incremental run's): only the row versions the last run's snapshot, whose xmin
     that is, could not see (:func:`changed_since`); where the plan found their places (option ``tids``), a key
-    range reads those alone (a TID scan) instead of walking the key's index over every row of the range."""
+    range reads those alone (a TID scan) instead of walking the key's index over every row of the range: where
+    every place left fits the page, in two halves at once on the connection and its partner, a page that ends the
+    range."""
     conditions = [f"({options.where})"] if options.where else []
     relation = table.qualified
     extra, halves = [], []
@@ -100,7 +103,8 @@ def page(connection: Connection, options: PostgresOptions, table: Table, split: 
     shapes = [f"{c.shape_check} AS {_shape_column(i)}" for i, c in enumerate(table.columns) if c.listed]
     select = f"SELECT {', '.join([c.select for c in table.columns] + extra + shapes)} FROM {relation}"
     if connection.partner is not None and halves:
-        # 50,000 rows' places on a 5M-row table: 0.2 s sooner than one ordered query (its sort spilled to disk)
+        # 50,000 rows' places on a 5M-row table: 0.25-0.27 s, against 0.35-0.42 s in one ordered query (whose sort
+        # spilled to disk)
         rows = _at_once(connection, connection.partner, [
             f"{select} WHERE {' AND '.join([*conditions, f'ctid = ANY({literal(half)}::tid[])'])}" for half in halves])
     else:

@@ -334,6 +334,52 @@ def test_wake_up_cancels_both_halves_of_a_page(postgres15: PostgresServer, table
     assert rows == wanted
 
 
+def test_a_half_whose_backend_ended_is_retried_with_its_page(postgres15: PostgresServer, table_name: str) -> None:
+    """The second session's half of a page ends mid-query (pg_terminate_backend of the newer of the page's two
+    sessions, while both sleep 3 s on the server): its error reaches the reader as the driver raised it, transient,
+    and the next fetch reads the page again, both halves in new sessions at the run's snapshot: each changed row
+    once."""
+    import threading
+
+    enumerator, handed, wanted = _run_after_changes(postgres15, table_name, page_rows="1000")
+    try:
+        (split,) = list(iter(enumerator.next_split, None))
+        source = _reader_of(handed, where="(SELECT pg_sleep(3)) IS NOT NULL")
+        reader = source.create_split_reader()
+        reader.add_splits([split])
+        terminated: list[bool] = []
+
+        def terminate() -> None:  # the partner: connected after the reader's first session
+            with postgres15.connect() as admin:
+                deadline = time.monotonic() + 60
+                while not terminated and time.monotonic() < deadline:
+                    found = admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM (SELECT pid, count(*) OVER () AS halves, backend_start "
+                        "FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(3)%ctid = ANY%' "
+                        "AND pid <> pg_backend_pid()) AS a WHERE halves = 2 ORDER BY backend_start DESC LIMIT 1"
+                    ).fetchall()
+                    terminated.extend(r[0] for r in found if r[0])
+                    time.sleep(0.01)
+
+        killer = threading.Thread(target=terminate)
+        killer.start()
+        with pytest.raises(Exception) as caught:
+            reader.fetch()
+        killer.join(60)
+        assert terminated, "the second half's query was not terminated: the test proves nothing"
+        assert source.is_transient(caught.value), repr(caught.value)
+        rows: list[tuple[int, int]] = []
+        while True:
+            got = reader.fetch()
+            rows += [(row["k"], row["v"]) for _, (page, _) in got.batches for row in page.to_pylist()]
+            if got.finished:
+                break
+        reader.close()
+    finally:
+        enumerator.close()
+    assert sorted(rows) == wanted
+
+
 def _rows_per_split(server: PostgresServer, source: PostgresSource) -> list[int]:
     enumerator = source.create_enumerator(FixedEnumeratorContext(2))
     enumerator.start()
