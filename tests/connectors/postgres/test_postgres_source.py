@@ -339,30 +339,17 @@ def test_a_half_whose_backend_ended_is_retried_with_its_page(postgres15: Postgre
     sessions, while both sleep 3 s on the server): its error reaches the reader as the driver raised it, transient,
     and the next fetch reads the page again, both halves in new sessions at the run's snapshot: each changed row
     once."""
-    import threading
-
     enumerator, handed, wanted = _run_after_changes(postgres15, table_name, page_rows="1000")
     try:
         (split,) = list(iter(enumerator.next_split, None))
         source = _reader_of(handed, where="(SELECT pg_sleep(3)) IS NOT NULL")
         reader = source.create_split_reader()
         reader.add_splits([split])
-        terminated: list[bool] = []
-
-        def terminate() -> None:  # the partner: connected after the reader's first session
-            with postgres15.connect() as admin:
-                deadline = time.monotonic() + 60
-                while not terminated and time.monotonic() < deadline:
-                    found = admin.execute(
-                        "SELECT pg_terminate_backend(pid) FROM (SELECT pid, count(*) OVER () AS halves, backend_start "
-                        "FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(3)%ctid = ANY%' "
-                        "AND pid <> pg_backend_pid()) AS a WHERE halves = 2 ORDER BY backend_start DESC LIMIT 1"
-                    ).fetchall()
-                    terminated.extend(r[0] for r in found if r[0])
-                    time.sleep(0.01)
-
-        killer = threading.Thread(target=terminate)
-        killer.start()
+        # the partner: of the page's two sessions, the one connected second
+        killer, terminated = _terminating(postgres15, "SELECT pg_terminate_backend(pid) FROM (SELECT pid, count(*) "
+                                          "OVER () AS halves, backend_start FROM pg_stat_activity WHERE state = "
+                                          "'active' AND query LIKE '%pg_sleep(3)%ctid = ANY%' AND pid <> "
+                                          "pg_backend_pid()) AS a WHERE halves = 2 ORDER BY backend_start DESC LIMIT 1")
         with pytest.raises(Exception) as caught:
             reader.fetch()
         killer.join(60)
@@ -603,6 +590,25 @@ def _slow_pages(server: PostgresServer, table_name: str, page_rows: str) -> Post
                                   where="(SELECT pg_sleep(3)) IS NOT NULL"))
 
 
+def _terminating(server: PostgresServer, sql: str) -> tuple[Any, list[bool]]:
+    """A thread, started, that runs ``sql`` (``SELECT pg_terminate_backend(pid) ...``) every 10 ms until it has
+    ended a backend or 60 s have passed, and the list of what it ended (join the thread, then check the list)."""
+    import threading
+
+    terminated: list[bool] = []
+
+    def terminate() -> None:
+        with server.connect() as admin:
+            deadline = time.monotonic() + 60
+            while not terminated and time.monotonic() < deadline:
+                terminated.extend(r[0] for r in admin.execute(sql).fetchall() if r[0])
+                time.sleep(0.01)
+
+    killer = threading.Thread(target=terminate)
+    killer.start()
+    return killer, terminated
+
+
 def _reading(source: PostgresSource) -> tuple[Any, Any]:
     """``source``'s enumerator, started, and a split reader holding its first split."""
     enumerator, split = first_split(source)
@@ -618,23 +624,12 @@ def test_a_backend_ended_while_its_page_streams_is_retried_and_the_page_read_aga
     runs as ``COPY``), where pyarrow gives it as a plain OSError. The connector tells it transient, as it does a
     session lost between queries, and the next fetch reads the page again in a new session at the run's snapshot:
     each row once."""
-    import threading
 
     source = _slow_pages(postgres15, table_name, "20")
     enumerator, reader = _reading(source)
-    terminated: list[bool] = []
-
-    def terminate() -> None:  # the page's query, once the server runs it
-        with postgres15.connect() as admin:
-            deadline = time.monotonic() + 60
-            while not terminated and time.monotonic() < deadline:
-                found = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'active' "
-                                      "AND query LIKE '%pg_sleep%ORDER BY%' AND pid <> pg_backend_pid()").fetchall()
-                terminated.extend(r[0] for r in found if r[0])
-                time.sleep(0.01)
-
-    killer = threading.Thread(target=terminate)
-    killer.start()
+    killer, terminated = _terminating(postgres15, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                                      "state = 'active' AND query LIKE '%pg_sleep%ORDER BY%' AND pid <> "
+                                      "pg_backend_pid()")  # the page's query, once the server runs it
     with pytest.raises(Exception) as caught:
         reader.fetch()
     killer.join(60)
