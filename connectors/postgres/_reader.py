@@ -9,6 +9,7 @@ a block holds, of rows in ``ctid`` order).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
@@ -160,18 +161,24 @@ def count_changed(plan: Connection, options: PostgresOptions, table: Table, sinc
     snapshot whose xmin was ``since`` could not see (:func:`changed_since`), with their places where they are at
     most ``places``, inside the run's snapshot (``plan``'s transaction's, which ``options`` has): one scan that
     counts every row and gathers the changed keys into arrays, nothing sent but those. It reads runs of blocks
-    (:func:`_block_runs`), half of them on ``plan`` and half on a session of its own, at once; the server's
-    parallel ``count(*)`` beside a second scan for the keys took 0.5 s more of CPU on a 5M-row table."""
-    runs = _block_runs(plan, table)
+    (:func:`_block_runs`) on ``plan`` and on a session of its own at once, each taking the next run as it ends one,
+    so that the two end within a run of each other, whichever started later (a session connects in 20-60 ms) or
+    ran slower (a new backend's first scan through the shared buffers took 0.1 s more than its next, on a 5M-row
+    table); the server's parallel ``count(*)`` beside a second scan for the keys took 0.5 s more of CPU."""
+    pending = collections.deque(_block_runs(plan, table))
     places = places if len(table.relations) == 1 else 0
     keys = [f"array_agg(k{i}) FILTER (WHERE changed)" for i in range(len(table.columns))]
 
-    def read(part: list[tuple[str, str]], own: bool) -> tuple[int, list[pa.RecordBatch], list[str | None]]:
+    def read(own: bool) -> tuple[int, list[pa.RecordBatch], list[str | None]]:
         total, found, tids = 0, [], []
         with connect(options, table.lc_monetary) if own else contextlib.nullcontext(plan) as connection:
             if own:
                 _in_snapshot(connection, options)
-            for relation, blocks in part:
+            while True:
+                try:
+                    relation, blocks = pending.popleft()
+                except IndexError:  # every run taken
+                    break
                 where = " AND ".join(([f"({options.where})"] if options.where else []) + ([blocks] if blocks else []))
                 where = f" WHERE {where}" if where else ""
                 # the test once per row, in a scan the planner cannot merge into the aggregate (OFFSET 0): each
@@ -195,30 +202,28 @@ def count_changed(plan: Connection, options: PostgresOptions, table: Table, sinc
     from concurrent.futures import ThreadPoolExecutor  # here: a reader's process never needs it (15 ms to import)
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # the driver lets go of the GIL while it waits
-        parts = list(pool.map(read, (runs[0::2], runs[1::2]), (False, True)))
+        parts = list(pool.map(read, (False, True)[:len(pending)]))  # one run: no second session
     found = [batch for _, batches, _ in parts for batch in batches]
     tids = [tid for _, _, texts in parts for tid in texts]
     placed = places and None not in tids and sum(batch.num_rows for batch in found) <= places
     return Changed(sum(total for total, _, _ in parts), found, "{" + ",".join(map(str, tids)) + "}" if placed else "")
 
 
-RUN_BLOCKS = 32768  # 256 MiB: a run of blocks :func:`count_changed` reads in one query, at most
+RUN_BLOCKS = 8192  # 64 MiB: a run of blocks :func:`count_changed` reads in one query, at most
 
 
 def _block_runs(connection: Connection, table: Table) -> list[tuple[str, str]]:
-    """Each relation of ``table`` as runs of blocks: an even number of them, of at most ``RUN_BLOCKS`` each (an
-    array of changed keys holds at most a run's rows, far under the server's 1 GiB for a value), each a relation
-    and its TID range condition (PostgreSQL 14 on; the last run reads to the relation's end); before 14, each
-    relation whole."""
+    """Each relation of ``table`` as runs of at most ``RUN_BLOCKS`` blocks (an array of changed keys holds at most
+    a run's rows, far under the server's 1 GiB for a value; a query a run costs 1-3 ms), each a relation and its
+    TID range condition (PostgreSQL 14 on; the last run reads to the relation's end); before 14, each relation
+    whole."""
     runs = []
     for relation in table.relations:
         blocks = connection.query(f"SELECT pg_relation_size({literal(relation)}::regclass) / {BLOCK}"
                                   ).column(0)[0].as_py() if table.server_version >= 140000 else 0
-        count = 2 * -(-blocks // (2 * RUN_BLOCKS))
-        step = -(-blocks // count) if count else 0
-        for start in range(0, blocks, step) if step else [0]:
+        for start in range(0, blocks, RUN_BLOCKS) if blocks else [0]:
             bounds = ([f"ctid >= '({start},0)'::tid"] if start else []) + (
-                [f"ctid < '({start + step},0)'::tid"] if start + step < blocks else [])
+                [f"ctid < '({start + RUN_BLOCKS},0)'::tid"] if start + RUN_BLOCKS < blocks else [])
             runs.append((relation, " AND ".join(bounds)))
     return runs
 

@@ -130,6 +130,67 @@ def test_changed_keys_count_the_rows_and_name_each_changed_key(postgres15: Postg
     assert sorted(rows, key=repr) == sorted((w if isinstance(w, tuple) else (w,) for w in wanted), key=repr)
 
 
+def test_the_scan_for_changed_keys_gives_a_late_session_only_the_runs_left(postgres15: PostgresServer,
+                                                                          table_name: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two sessions of an incremental run's scan take the next run of blocks as each ends one, so a session
+    that starts late does not end late: the second session's connection is held here until the planner's has read
+    all runs but one, and then it reads at most that one (splitting the runs in halves gave it half), while the
+    count and the changed keys stay exact."""
+    import threading
+
+    from connectors.postgres import _session
+
+    monkeypatch.setattr(_reader, "RUN_BLOCKS", 4)
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")
+        conn.execute(f"CREATE TABLE {table_name} (k int8 PRIMARY KEY, v int4)")
+        conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(1, 6000) i")
+    source = PostgresSource(options(postgres15, table_name))
+    first = source.create_enumerator(FixedEnumeratorContext(1))
+    first.start()
+    source.since = first.instant()
+    first.close()
+    with postgres15.connect() as conn:
+        conn.execute(f"UPDATE {table_name} SET v = -v WHERE k % 100 = 7")
+        blocks = conn.execute(f"SELECT pg_relation_size('{table_name}') / 8192").fetchone()[0]
+    runs = -(-blocks // 4)
+    assert runs >= 6, blocks
+    scans: list[str] = []  # the session of each run's query, in order
+    late = threading.Event()
+    query, connect = _session.Connection.query, _reader.connect
+
+    def counting(connection: _session.Connection, sql: str) -> pa.RecordBatch:
+        rows = query(connection, sql)
+        if sql.startswith("SELECT count(*), array_agg"):
+            scans.append(threading.current_thread().name)
+            if len(scans) == runs - 1:
+                late.set()
+        return rows
+
+    def held(*args: Any) -> _session.Connection:
+        assert late.wait(timeout=60), "the planner's session never read all runs but one"
+        scans.append("connected")
+        return connect(*args)
+
+    monkeypatch.setattr(_session.Connection, "query", counting)
+    monkeypatch.setattr(_reader, "connect", held)
+    later = source.create_enumerator(FixedEnumeratorContext(1))
+    later.start()
+    try:
+        counted = later.changed_keys()
+    finally:
+        later.close()
+    assert counted is not None
+    count, keys = counted
+    assert count == 6000
+    assert sorted(pa.Table.from_batches(list(keys)).column("k").to_pylist()) == list(range(7, 6000, 100))
+    planner = scans[0]
+    after = scans[scans.index("connected") + 1:]
+    assert scans[:runs - 1] == [planner] * (runs - 1) and len(scans) == runs + 1, scans
+    assert len([s for s in after if s != planner]) <= 1, scans
+
+
 def _read_whole(source: PostgresSource, split: KeyRange) -> tuple[list[tuple[int, int]], list[str]]:
     """``split`` read to its end by ``source``'s reader: its rows' (k, v), sorted, and the kinds of event it told."""
     reader = source.create_split_reader()
