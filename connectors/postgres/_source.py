@@ -122,9 +122,10 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
 
     def changed_keys(self) -> tuple[int, Iterator[pa.RecordBatch]] | None:
         """The table's rows counted, and the keys of the row versions the last run's snapshot could not see, in the
-        run's snapshot: one scan with nothing sent but the changed keys, where :meth:`keys` sends every key."""
+        run's snapshot: one scan with nothing sent but the changed keys, where :meth:`keys` sends every key; None
+        where it cannot count (a ``where``: :func:`count_changed`)."""
         changes = self._changed()
-        return None if changes is None else (changes.count, iter(changes.keys))
+        return None if changes is None or changes.count is None else (changes.count, iter(changes.keys))
 
     def _changed(self) -> Changed | None:
         """An incremental run's scan for the changed rows (:func:`count_changed`), made once per plan: for the
