@@ -172,6 +172,48 @@ def test_changed_keys_count_the_rows_of_every_partition(postgres: PostgresServer
         *range(1, 6000, 500), *range(8000, 8005)]
 
 
+def test_changed_keys_are_counted_for_a_select_only_login_and_not_where_the_server_counts_nothing(
+        postgres15: PostgresServer, table_name: str) -> None:
+    """The server's count of the rows a scan fetched is readable by a login granted SELECT on the table and nothing
+    else: its run counts exactly. In a database where the server counts nothing (``track_counts`` off), a run
+    gives no count (its deletes list the keys) and still names every changed key."""
+    database = f"{table_name}_uncounted"
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table_name}")  # granted to the role below by an earlier run
+        conn.execute(f"DROP DATABASE IF EXISTS {database}")
+        conn.execute(f"CREATE DATABASE {database}")
+        conn.execute(f"ALTER DATABASE {database} SET track_counts = off")
+        conn.execute("DROP ROLE IF EXISTS counts_select")
+        conn.execute("CREATE ROLE counts_select LOGIN PASSWORD 'secret-cs' NOSUPERUSER")
+    found = {}
+    for where in ("postgres", database):
+        dsn = postgres15.dsn.replace("dbname=postgres", f"dbname={where}")
+        with postgres15.connect(dbname=where) as conn:
+            conn.execute(f"CREATE TABLE {table_name} (k int8 PRIMARY KEY, v int4)")
+            conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(1, 3000) i")
+            conn.execute(f"GRANT SELECT ON {table_name} TO counts_select")
+        settings = {"dsn": dsn.replace("user=postgres", "user=counts_select"), "password": "secret-cs",
+                    "table": table_name}
+        source = PostgresSource(settings)
+        first = source.create_enumerator(FixedEnumeratorContext(1))
+        first.start()
+        source.since = first.instant()
+        first.close()
+        with postgres15.connect(dbname=where) as conn:
+            conn.execute(f"UPDATE {table_name} SET v = -v WHERE k % 100 = 1")
+            conn.execute(f"DELETE FROM {table_name} WHERE k = 2")
+        later = source.create_enumerator(FixedEnumeratorContext(1))
+        later.start()
+        try:
+            counted = later.changed_keys()
+            found[where] = (counted[0] if counted else None, later.reader_options().get("tids", "").count("("))
+        finally:
+            later.close()
+    with postgres15.connect() as conn:
+        conn.execute(f"DROP DATABASE {database}")
+    assert found == {"postgres": (2999, 30), database: (None, 30)}
+
+
 def test_the_scan_for_changed_keys_gives_a_late_session_only_the_runs_left(postgres15: PostgresServer,
                                                                           table_name: str,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
