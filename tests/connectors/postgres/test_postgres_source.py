@@ -90,6 +90,25 @@ def test_every_key_type_pages_exactly(postgres15: PostgresServer, table_name: st
     testing.check_all(source, expected=pa.table({**truth, "v": pa.array(range(1, 6001), pa.int32())}))
 
 
+def _since_a_first_run(*sources: PostgresSource) -> None:
+    """Each source's ``since``: the instant of a first run of the first, planned now."""
+    first = sources[0].create_enumerator(FixedEnumeratorContext(1))
+    first.start()
+    for source in sources:
+        source.since = first.instant()
+    first.close()
+
+
+def _changed_keys(source: PostgresSource) -> tuple[Any, str]:
+    """A run of ``source`` planned now: its ``changed_keys()`` and its readers' places (option ``tids``)."""
+    later = source.create_enumerator(FixedEnumeratorContext(1))
+    later.start()
+    try:
+        return later.changed_keys(), later.reader_options().get("tids", "")
+    finally:
+        later.close()
+
+
 @pytest.mark.parametrize("key_type", [*_KEYS, "composite"])
 def test_changed_keys_count_the_rows_and_name_each_changed_key(postgres: PostgresServer, table_name: str,
                                                                key_type: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -108,25 +127,13 @@ def test_changed_keys_count_the_rows_and_name_each_changed_key(postgres: Postgre
         conn.execute(f"INSERT INTO {table_name} SELECT {sql}, i FROM generate_series(1, 3000) i")
     source = PostgresSource(options(postgres, table_name))
     filtered = PostgresSource(options(postgres, table_name, where="v <= 2900"))
-    first = source.create_enumerator(FixedEnumeratorContext(1))
-    first.start()
-    assert first.changed_keys() is None  # a first run reads everything
-    source.since = filtered.since = first.instant()
-    first.close()
+    assert _changed_keys(source)[0] is None  # a first run reads everything
+    _since_a_first_run(source, filtered)
     with postgres.connect() as conn:
         conn.execute(f"UPDATE {table_name} SET v = v WHERE v <= 50 OR v > 2950")  # 50 of them outside the where
         conn.execute(f"INSERT INTO {table_name} SELECT {sql}, i - 3000 FROM generate_series(3001, 3020) i")
         conn.execute(f"DELETE FROM {table_name} WHERE v > 2000 AND v <= 2010")
-
-    def changed(of: PostgresSource) -> tuple[Any, str]:
-        later = of.create_enumerator(FixedEnumeratorContext(1))
-        later.start()
-        try:
-            return later.changed_keys(), later.reader_options().get("tids", "")
-        finally:
-            later.close()
-
-    counted, _ = changed(source)
+    counted, _ = _changed_keys(source)
     assert counted is not None
     count, keys = counted
     found = pa.Table.from_batches(list(keys))
@@ -135,7 +142,7 @@ def test_changed_keys_count_the_rows_and_name_each_changed_key(postgres: Postgre
     rows = [tuple(r[n] for n in names) for r in found.to_pylist()]
     wanted = [key_of(i) for i in [*range(1, 51), *range(2951, 3021)]]
     assert sorted(rows, key=repr) == sorted((w if isinstance(w, tuple) else (w,) for w in wanted), key=repr)
-    counted, places = changed(filtered)
+    counted, places = _changed_keys(filtered)
     assert counted is None and places.count("(") == 50 + 20
 
 
@@ -151,20 +158,12 @@ def test_changed_keys_count_the_rows_of_every_partition(postgres: PostgresServer
             conn.execute(f"CREATE TABLE {table_name}_{i} PARTITION OF {table_name} FOR VALUES FROM ({low}) TO ({high})")
         conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(1, 6000) i")
     source = PostgresSource(options(postgres, table_name))
-    first = source.create_enumerator(FixedEnumeratorContext(1))
-    first.start()
-    source.since = first.instant()
-    first.close()
+    _since_a_first_run(source)
     with postgres.connect() as conn:
         conn.execute(f"UPDATE {table_name} SET v = -v WHERE k % 500 = 1")
         conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(8000, 8004) i")
         conn.execute(f"DELETE FROM {table_name} WHERE k IN (2, 1500, 5000)")
-    later = source.create_enumerator(FixedEnumeratorContext(1))
-    later.start()
-    try:
-        counted = later.changed_keys()
-    finally:
-        later.close()
+    counted, _ = _changed_keys(source)
     assert counted is not None
     count, keys = counted
     assert count == 6000 + 5 - 3
@@ -195,20 +194,12 @@ def test_changed_keys_are_counted_for_a_select_only_login_and_not_where_the_serv
         settings = {"dsn": dsn.replace("user=postgres", "user=counts_select"), "password": "secret-cs",
                     "table": table_name}
         source = PostgresSource(settings)
-        first = source.create_enumerator(FixedEnumeratorContext(1))
-        first.start()
-        source.since = first.instant()
-        first.close()
+        _since_a_first_run(source)
         with postgres15.connect(dbname=where) as conn:
             conn.execute(f"UPDATE {table_name} SET v = -v WHERE k % 100 = 1")
             conn.execute(f"DELETE FROM {table_name} WHERE k = 2")
-        later = source.create_enumerator(FixedEnumeratorContext(1))
-        later.start()
-        try:
-            counted = later.changed_keys()
-            found[where] = (counted[0] if counted else None, later.reader_options().get("tids", "").count("("))
-        finally:
-            later.close()
+        counted, places = _changed_keys(source)
+        found[where] = (counted[0] if counted else None, places.count("("))
     with postgres15.connect() as conn:
         conn.execute(f"DROP DATABASE {database}")
     assert found == {"postgres": (2999, 30), database: (None, 30)}
@@ -231,10 +222,7 @@ def test_the_scan_for_changed_keys_gives_a_late_session_only_the_runs_left(postg
         conn.execute(f"CREATE TABLE {table_name} (k int8 PRIMARY KEY, v int4)")
         conn.execute(f"INSERT INTO {table_name} SELECT i, i FROM generate_series(1, 6000) i")
     source = PostgresSource(options(postgres15, table_name))
-    first = source.create_enumerator(FixedEnumeratorContext(1))
-    first.start()
-    source.since = first.instant()
-    first.close()
+    _since_a_first_run(source)
     with postgres15.connect() as conn:
         conn.execute(f"UPDATE {table_name} SET v = -v WHERE k % 100 = 7")
         blocks = conn.execute(f"SELECT pg_relation_size('{table_name}') / 8192").fetchone()[0]
@@ -259,12 +247,7 @@ def test_the_scan_for_changed_keys_gives_a_late_session_only_the_runs_left(postg
 
     monkeypatch.setattr(_session.Connection, "query", counting)
     monkeypatch.setattr(_reader, "connect", held)
-    later = source.create_enumerator(FixedEnumeratorContext(1))
-    later.start()
-    try:
-        counted = later.changed_keys()
-    finally:
-        later.close()
+    counted, _ = _changed_keys(source)
     assert counted is not None
     count, keys = counted
     assert count == 6000
