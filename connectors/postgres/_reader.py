@@ -172,7 +172,8 @@ def count_changed(plan: Connection, options: PostgresOptions, table: Table, sinc
     pending = collections.deque(_block_runs(plan, table))
     places = places if len(table.relations) == 1 else 0
     counted = not options.where and bool(plan.row("SELECT current_setting('track_counts')::bool")[0])
-    found_rows = [0]  # the changed rows both sessions found so far: past ``places``, their places are not asked for
+    found_rows = [0]  # about the changed rows both sessions found so far (unlocked): past ``places``, their places
+    # are not asked for
     fetched = (f"SELECT array_agg(pg_stat_get_xact_tuples_returned(r::regclass)) "
                f"FROM unnest(ARRAY[{', '.join(literal(r) for r in table.relations)}]) AS r")
 
@@ -211,7 +212,7 @@ def count_changed(plan: Connection, options: PostgresOptions, table: Table, sinc
         parts = list(pool.map(read, (False, True)[:len(pending)]))  # one run: no second session
     found = [batch for _, batches, _ in parts for batch in batches if batch.num_rows]
     tids = [tid for _, _, arrays in parts for tid in arrays]
-    placed = places and None not in tids and found_rows[0] <= places
+    placed = places and None not in tids and sum(batch.num_rows for batch in found) <= places
     return Changed(sum(count for count, _, _ in parts) if counted else None, found,
                    "{" + ",".join(f'"{t}"' for array in tids if array is not None for t in array.to_pylist()) + "}"
                    if placed else "")
