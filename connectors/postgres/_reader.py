@@ -174,6 +174,7 @@ def count_changed(plan: Connection, options: PostgresOptions, table: Table, sinc
     counted = not options.where and bool(plan.row("SELECT current_setting('track_counts')::bool")[0])
     found_rows = [0]  # about the changed rows both sessions found so far (unlocked): past ``places``, their places
     # are not asked for
+    columns = [f"{c.select} AS k{i}" for i, c in enumerate(table.columns)]
     fetched = (f"SELECT array_agg(pg_stat_get_xact_tuples_returned(r::regclass)) "
                f"FROM unnest(ARRAY[{', '.join(literal(r) for r in table.relations)}]) AS r")
 
@@ -196,7 +197,6 @@ def count_changed(plan: Connection, options: PostgresOptions, table: Table, sinc
                 place = places and found_rows[0] <= places
                 where = " AND ".join([*([f"({options.where})"] if options.where else []), *([blocks] if blocks else []),
                                       changed_since(relation, since)])
-                columns = [f"{c.select} AS k{i}" for i, c in enumerate(table.columns)]
                 rows = connection.query(f"SELECT {', '.join(columns + (['ctid::text'] if place else []))} "
                                         f"FROM {relation} WHERE {where}")
                 found_rows[0] += rows.num_rows
