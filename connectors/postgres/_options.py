@@ -56,10 +56,12 @@ class PostgresOptions:
     tids: str = option("", doc="the places (a tid[] literal) of the rows an incremental run reads, as a copy's "
                                "planner found them in the snapshot it hands its readers; empty: each range is "
                                "scanned for them", parse=str.strip)
-    tid_rows: int = option(100_000, doc="an incremental run that finds at most this many changed rows (and at most "
-                                        "8 pages of them) reads them by their places (ctid, in one range) instead "
-                                        "of scanning key ranges for them, its readers handed the list (about 14 "
-                                        "bytes a row); 0: always scan",
+    rows: str = option("", doc="the rows an incremental run reads, as a copy's planner read them in the snapshot it "
+                               "hands its readers (Arrow IPC, base64); empty: read from the server")
+    tid_rows: int = option(100_000, doc="an incremental run that finds at most this many changed rows reads them in "
+                                        "one range: up to a page of them read by its planner's scan and handed to "
+                                        "its reader; up to 8 pages by their places (ctid), its reader handed the "
+                                        "list (about 14 bytes a row); 0: always scan key ranges for them",
                            minimum=0)
     connect_timeout_s: int = option(10, doc="seconds to wait for a connection", minimum=1)
 

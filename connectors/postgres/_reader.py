@@ -2,13 +2,15 @@
 C), inside the run's snapshot.
 
 A reader's session is one REPEATABLE READ transaction that imports the run's snapshot (when the copy exported
-one; a reader of an incremental run's changed rows by their places has two). A key range is read in pages ordered
-by the key, each after the last key read; a block range in pages of whole blocks (or, for pages of fewer rows than
-a block holds, of rows in ``ctid`` order).
+one). A key range is read in pages ordered by the key, each after the last key read; a block range in pages of whole
+blocks (or, for pages of fewer rows than a block holds, of rows in ``ctid`` order). An incremental run's changed
+rows that fit one page are read by its plan's scan (:func:`count_changed`) and handed to its reader, which opens no
+session (:func:`handed_rows`).
 """
 
 from __future__ import annotations
 
+import base64
 import collections
 import contextlib
 import dataclasses
@@ -23,8 +25,8 @@ from connectors.postgres._plan import BLOCK, END, LAST_OFFSET, key_row
 from connectors.postgres._session import Connection, connect, one_line, snapshot_gone
 from splitsource import KeyRange, SplitReadError, ValueRangeError
 
-__all__ = ["ROWS_PER_BLOCK", "Changed", "changed_since", "count_changed", "key_condition", "page", "read_keys",
-           "session"]
+__all__ = ["ROWS_PER_BLOCK", "Changed", "changed_since", "count_changed", "handed_rows", "key_condition", "page",
+           "read_keys", "session"]
 
 ROWS_PER_BLOCK = 291  # the most row versions an 8 KiB heap block holds (MaxHeapTuplesPerPage)
 
@@ -41,10 +43,6 @@ def session(options: PostgresOptions, table: Table, by_blocks: bool,
     connection = connect(options, table.lc_monetary)
     try:
         _in_snapshot(connection, options)
-        if options.snapshot and options.tids:
-            # a second session in the snapshot: the changed rows' places are fetched in two halves at once (page)
-            connection.partner = connect(options, table.lc_monetary)
-            _in_snapshot(connection.partner, options)
         return connection, options
     except Exception as exc:
         connection.close()
@@ -59,17 +57,20 @@ def session(options: PostgresOptions, table: Table, by_blocks: bool,
         return session(dataclasses.replace(options, snapshot="", tids=""), table, by_blocks, lost)
 
 
-def page(connection: Connection, options: PostgresOptions, table: Table, split: KeyRange, limit: int,
+def page(connection: Connection | None, options: PostgresOptions, table: Table, split: KeyRange, limit: int,
          since: int | None, by_blocks: bool) -> tuple[pa.RecordBatch, object, bool]:
     """One page of ``split``: its rows as the table's Arrow schema, the key the next page reads after, and whether
     the range is done. ``since`` (an incremental run's): only the row versions the last run's snapshot, whose xmin
-    that is, could not see (:func:`changed_since`); where the plan found their places (option ``tids``), a key
-    range reads those alone (a TID scan) instead of walking the key's index over every row of the range: where
-    every place left fits the page, in two halves at once on the connection and its partner, a page that ends the
-    range."""
+    that is, could not see (:func:`changed_since`); where the plan read them (option ``rows``: no ``connection``),
+    those, a page that ends the range; where it found their places (option ``tids``), a key range reads those alone
+    (a TID scan) instead of walking the key's index over every row of the range."""
+    if options.rows and options.snapshot:
+        rows = handed_rows(options.rows)
+        return _converted(table, rows), _key_at(table, rows, rows.num_rows - 1) if rows.num_rows else None, True
+    assert connection is not None
     conditions = [f"({options.where})"] if options.where else []
     relation = table.qualified
-    extra, halves = [], []
+    order = ""
     if by_blocks:
         r, block, offset = split.after or (0, -1, LAST_OFFSET)
         if block == END:  # the last range ended relation r: read the next from its start
@@ -86,34 +87,22 @@ def page(connection: Connection, options: PostgresOptions, table: Table, split: 
         elif first > 0:
             conditions.append(f"ctid >= '({first},0)'::tid")
         conditions.append(f"ctid < '({end},0)'::tid")
-        order = ""
         if not blocks:  # a page of fewer rows than a block holds (the kit's): rows in ctid order
-            extra, order = ["ctid::text AS __ctid"], f" ORDER BY ctid LIMIT {limit}"
+            order = f" ORDER BY ctid LIMIT {limit}"
     else:
-        extra = [f"{ident(c.name)}::text AS {name}" for c, name in zip(table.key, table.key_names, strict=True)
-                 if name.startswith("__k")]
         conditions += key_condition(table, split)
         if options.tids and options.snapshot:  # an incremental run's changed rows, by their places in its snapshot
-            # every place left fits this page, which then ends the range: two halves at once, in no order
-            halves = _halves(options.tids) if connection.partner and options.tids.count("(") <= limit else []
-            conditions += [] if halves else [f"ctid = ANY({literal(options.tids)}::tid[])"]
+            conditions.append(f"ctid = ANY({literal(options.tids)}::tid[])")
         # qualified: a column read as text has an output column of its name, which would sort as text
         order = f" ORDER BY {', '.join(f'{relation}.{ident(c.name)}' for c in table.key)} LIMIT {limit}"
     if since is not None:
         conditions.append(changed_since(relation, since))
-    shapes = [f"{c.shape_check} AS {_shape_column(i)}" for i, c in enumerate(table.columns) if c.listed]
-    select = f"SELECT {', '.join([c.select for c in table.columns] + extra + shapes)} FROM {relation}"
-    if connection.partner is not None and halves:
-        # 50,000 rows' places on a 5M-row table: 0.25-0.27 s, against 0.35-0.42 s in one ordered query (whose sort
-        # spilled to disk)
-        rows = _at_once(connection, connection.partner, [
-            f"{select} WHERE {' AND '.join([*conditions, f'ctid = ANY({literal(half)}::tid[])'])}" for half in halves])
-    else:
-        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        rows = connection.query(f"{select}{where}{order}")
+    columns = _page_columns(table, by_blocks) + (["ctid::text AS __ctid"] if by_blocks and order else [])
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    rows = connection.query(f"SELECT {', '.join(columns)} FROM {relation}{where}{order}")
     last: object
     if not by_blocks:
-        done = rows.num_rows < limit or bool(halves)
+        done = rows.num_rows < limit
         last = _key_at(table, rows, rows.num_rows - 1) if rows.num_rows else None
     elif "__ctid" in rows.schema.names and rows.num_rows == limit:
         block, offset = map(int, rows.column("__ctid")[limit - 1].as_py().strip("()").split(","))
@@ -124,10 +113,41 @@ def page(connection: Connection, options: PostgresOptions, table: Table, split: 
         if upto[1] == END and not done:
             size = connection.query(f"SELECT pg_relation_size({literal(relation)}::regclass) / {BLOCK}")
             done = end >= size.column(0)[0].as_py()
+    return _converted(table, rows), last, done
+
+
+def _page_columns(table: Table, by_blocks: bool) -> list[str]:
+    """What a page selects: the table's columns, a key range's the text of each key column whose Arrow value is not
+    its text (:attr:`Table.key_names`), and each array column's shape check."""
+    extra = [] if by_blocks else [f"{ident(c.name)}::text AS {name}" for c, name in
+                                  zip(table.key, table.key_names, strict=True) if name.startswith("__k")]
+    shapes = [f"{c.shape_check} AS {_shape_column(i)}" for i, c in enumerate(table.columns) if c.listed]
+    return [c.select for c in table.columns] + extra + shapes
+
+
+def _converted(table: Table, rows: pa.RecordBatch) -> pa.RecordBatch:
+    """A page's rows as the driver gave them (:func:`_page_columns`), as the table's Arrow schema; a value that
+    schema cannot hold is refused in one line."""
     _refuse_shapes(table, rows)
     arrays = _arrays(table, rows)
     _refuse_beyond_arrow(table, arrays, rows)
-    return pa.RecordBatch.from_arrays(arrays, schema=table.schema), last, done
+    return pa.RecordBatch.from_arrays(arrays, schema=table.schema)
+
+
+def _handing(pages: list[pa.RecordBatch]) -> str:
+    """Rows a plan read (batches of one schema), as the text of a reader option (Arrow IPC, zstd, base64: 50,000
+    rows of the 5M-row bench table, 9.7 MB as the driver gave them, in 5.2 MB and 0.03 s)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, pages[0].schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as stream:
+        for rows in pages:
+            stream.write_batch(rows)
+    return base64.b64encode(sink.getvalue()).decode("ascii")
+
+
+def handed_rows(text: str) -> pa.RecordBatch:
+    """The rows a plan handed its readers (option ``rows``), as the driver gave them, in one batch."""
+    rows = pa.ipc.open_stream(base64.b64decode(text)).read_all()
+    return pa.RecordBatch.from_arrays([c.combine_chunks() for c in rows.columns], schema=rows.schema)
 
 
 def read_keys(options: PostgresOptions, table: Table) -> Iterator[pa.RecordBatch]:
@@ -148,38 +168,47 @@ def read_keys(options: PostgresOptions, table: Table) -> Iterator[pa.RecordBatch
 class Changed:
     """What an incremental run's scan (:func:`count_changed`) found in its snapshot: how many rows the table holds
     (None where the scan cannot count them), the keys of the row versions changed since the last run (``keys``:
-    batches of the key columns), and those row versions' places, as a ``tid[]`` literal (``tids``; empty for a
-    table of several relations, whose places repeat from one to the next, and for more rows than the scan was
-    asked to place)."""
+    batches of the key columns), and for its readers either those rows themselves, where they fit one page
+    (``rows``: the option's text, :func:`handed_rows`), or their places, as a ``tid[]`` literal (``tids``; for a
+    table of one relation, whose places do not repeat); each "" where not."""
 
     count: int | None
     keys: list[pa.RecordBatch]
+    rows: str
     tids: str
 
 
-def count_changed(plan: Connection, options: PostgresOptions, table: Table, since: int, places: int) -> Changed:
-    """The keys of the row versions of ``table`` (a table of its key columns alone) that a snapshot whose xmin was
-    ``since`` could not see (:func:`changed_since`), with their places where they are at most ``places``, and how
-    many rows the table holds, inside the run's snapshot (``plan``'s transaction's, which ``options`` has): one scan
-    that sends the changed rows' keys alone. The rows are counted by the server's own count of the rows its scans
-    fetched (``pg_stat_get_xact_tuples_returned``, the transaction's ``seq_tup_read``: every row the scan's snapshot
-    sees, before any condition), read before and after: a ``count(*)`` in the same scan took 0.74-0.78 s of one
-    session on a 5M-row table, against 0.50 s; no count where a ``where`` leaves rows out or the server counts
-    nothing (``track_counts`` off). It reads runs of blocks (:func:`_block_runs`) on ``plan`` and on a session of its
-    own at once, each taking the next run as it ends one, so that the two end within a run of each other, whichever
-    started later (a session connects in 20-60 ms) or ran slower (a new backend's first scan through the shared
-    buffers took 0.1 s more than its next)."""
+def count_changed(plan: Connection, options: PostgresOptions, table: Table, since: int, whole: int,
+                  places: int) -> Changed:
+    """The keys of the row versions of ``table`` that a snapshot whose xmin was ``since`` could not see
+    (:func:`changed_since`), those rows as a key range's page reads them where they are at most ``whole``, else
+    their places where they are at most ``places``, and how many rows the table holds, inside the run's snapshot
+    (``plan``'s transaction's, which ``options`` has): one scan that sends the changed rows alone. Reading them here
+    spares the run's reader its own sessions and a fetch by place (a new backend's first pass through the shared
+    buffers, 0.1 s of page faults): on the 5M-row bench table, 50,000 changed rows cost the scan 0.07-0.09 s more
+    than their keys, against the reader's 0.25-0.40 s. The rows are counted by the server's own count of the rows
+    its scans fetched (``pg_stat_get_xact_tuples_returned``, the transaction's ``seq_tup_read``: every row the scan's
+    snapshot sees, before any condition), read before and after: a ``count(*)`` in the same scan took 0.74-0.78 s of
+    one session on a 5M-row table, against 0.50 s; no count where a ``where`` leaves rows out or the server counts
+    nothing (``track_counts`` off). It reads runs of blocks (:func:`_block_runs`) on ``plan`` and on a session of
+    its own at once, each taking the next run as it ends one, so that the two end within a run of each other,
+    whichever started later (a session connects in 20-60 ms) or ran slower (a new backend's first scan through the
+    shared buffers took 0.1 s more than its next)."""
     pending = collections.deque(_block_runs(plan, table))
     places = places if len(table.relations) == 1 else 0
+    whole = whole if all(c in table.columns for c in table.key) else 0
     counted = not options.where and bool(plan.row("SELECT current_setting('track_counts')::bool")[0])
-    found_rows = [0]  # about the changed rows both sessions found so far (unlocked): past ``places``, their places
-    # are not asked for
-    columns = [f"{c.select} AS k{i}" for i, c in enumerate(table.columns)]
+    found_rows = [0]  # about the changed rows both sessions found so far (unlocked): past ``whole``, the rows are
+    # not asked for; past ``places``, their places
+    keys = [f"{c.select} AS k{i}" for i, c in enumerate(table.key)]
+    rows_read = _page_columns(table, False)
     fetched = (f"SELECT array_agg(pg_stat_get_xact_tuples_returned(r::regclass)) "
                f"FROM unnest(ARRAY[{', '.join(literal(r) for r in table.relations)}]) AS r")
+    keyed = dataclasses.replace(table, columns=table.key)
+    at = [table.columns.index(c) for c in table.key] if whole else []  # the key columns among the rows read
 
-    def read(own: bool) -> tuple[int, list[pa.RecordBatch], list[pa.Array | None]]:
-        found, tids = [], []
+    def read(own: bool) -> tuple[int, list[pa.RecordBatch], list[pa.RecordBatch | None], list[pa.Array | None]]:
+        found, rows, tids = [], [], []
         with connect(options, table.lc_monetary) if own else contextlib.nullcontext(plan) as connection:
             if own:
                 _in_snapshot(connection, options)
@@ -194,28 +223,39 @@ def count_changed(plan: Connection, options: PostgresOptions, table: Table, sinc
                     relation, blocks = pending.popleft()
                 except IndexError:  # every run taken
                     break
+                read_rows = whole and found_rows[0] <= whole
                 place = places and found_rows[0] <= places
                 where = " AND ".join([*([f"({options.where})"] if options.where else []), *([blocks] if blocks else []),
                                       changed_since(relation, since)])
-                rows = connection.query(f"SELECT {', '.join(columns + (['ctid::text'] if place else []))} "
-                                        f"FROM {relation} WHERE {where}")
-                found_rows[0] += rows.num_rows
-                found.append(pa.RecordBatch.from_arrays(_arrays(table, rows), schema=table.schema))
+                columns = (rows_read if read_rows else keys) + (["ctid::text"] if place else [])
+                batch = connection.query(f"SELECT {', '.join(columns)} FROM {relation} WHERE {where}")
+                found_rows[0] += batch.num_rows
+                page = batch.select(range(len(rows_read))) if read_rows else None
+                key_columns = [page.column(i) for i in at] if page is not None else batch.columns[:len(keys)]
+                found.append(pa.RecordBatch.from_arrays(
+                    _arrays(keyed, pa.RecordBatch.from_arrays(key_columns, names=keys)), schema=keyed.schema))
+                if whole:
+                    rows.append(page)
                 if places:
-                    tids.append(rows.column(len(columns)) if place else None)
+                    tids.append(batch.column(len(columns) - 1) if place else None)
             after = connection.row(fetched)[0] if counted else []
-        return sum(after) - sum(before), found, tids
+        return sum(after) - sum(before), found, rows, tids
 
     from concurrent.futures import ThreadPoolExecutor  # here: a reader's process never needs it (15 ms to import)
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # the driver lets go of the GIL while it waits
         parts = list(pool.map(read, (False, True)[:len(pending)]))  # one run: no second session
-    found = [batch for _, batches, _ in parts for batch in batches if batch.num_rows]
-    tids = [tid for _, _, arrays in parts for tid in arrays]
-    placed = places and None not in tids and sum(batch.num_rows for batch in found) <= places
-    return Changed(sum(count for count, _, _ in parts) if counted else None, found,
-                   "{" + ",".join(f'"{t}"' for array in tids if array is not None for t in array.to_pylist()) + "}"
-                   if placed else "")
+    found = [batch for _, batches, _, _ in parts for batch in batches if batch.num_rows]
+    total = sum(batch.num_rows for batch in found)
+    rows = [page for _, _, pages, _ in parts for page in pages]
+    tids = [tid for _, _, _, arrays in parts for tid in arrays]
+    handed = bool(whole) and None not in rows and total <= whole
+    placed = not handed and bool(places) and None not in tids and total <= places
+    return Changed(
+        sum(count for count, _, _, _ in parts) if counted else None, found,
+        _handing(rows) if handed else "",
+        "{" + ",".join(f'"{t}"' for array in tids if array is not None for t in array.to_pylist()) + "}"
+        if placed else "")
 
 
 RUN_BLOCKS = 8192  # 64 MiB: a run of blocks :func:`count_changed` reads in one query, at most
@@ -234,36 +274,6 @@ def _block_runs(connection: Connection, table: Table) -> list[tuple[str, str]]:
                 [f"ctid < '({start + RUN_BLOCKS},0)'::tid"] if start + RUN_BLOCKS < blocks else [])
             runs.append((relation, " AND ".join(bounds)))
     return runs
-
-
-def _halves(tids: str) -> list[str]:
-    """A ``tid[]`` literal of places cut in two near its middle (``{"(0,1)","(0,2)"}``), or [] for one place."""
-    middle = tids.find('","', len(tids) // 2)
-    return [] if middle < 0 else [tids[:middle + 1] + "}", "{" + tids[middle + 2:]]
-
-
-def _at_once(first: Connection, second: Connection, queries: list[str]) -> pa.RecordBatch:
-    """The rows of two queries run at once, one on each session, as one batch (the first's rows, then the
-    second's); an error of either is raised."""
-    import threading  # here: only a reader of changed rows by their places needs it
-
-    found: list[pa.RecordBatch | BaseException] = []
-
-    def second_query() -> None:
-        try:
-            found.append(second.query(queries[1]))
-        except BaseException as exc:  # noqa: BLE001 - raised in the page's thread, below
-            found.append(exc)
-
-    thread = threading.Thread(target=second_query)
-    thread.start()
-    try:
-        rows = first.query(queries[0])
-    finally:
-        thread.join()
-    if isinstance(found[0], BaseException):
-        raise found[0]
-    return pa.Table.from_batches([rows, found[0]]).combine_chunks().to_batches()[0]
 
 
 def _in_snapshot(connection: Connection, options: PostgresOptions) -> None:

@@ -167,7 +167,6 @@ class Connection:
         import adbc_driver_manager
 
         self._handles: list[Any] = []
-        self.partner: Connection | None = None  # a second session a reader reads beside this one, closed with it
         try:
             self._handles.append(_open(uri))
         except Exception as exc:  # the driver's own error classes
@@ -221,12 +220,8 @@ class Connection:
             self._statement.cancel()
         except Exception:  # noqa: BLE001 - a connection closed meanwhile has nothing to cancel
             pass
-        if self.partner is not None:
-            self.partner.cancel()
 
     def close(self) -> None:
-        if self.partner is not None:
-            self.partner.close()
         with _DATABASES_LOCK:
             for handle in reversed(self._handles):
                 try:

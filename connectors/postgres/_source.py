@@ -94,10 +94,11 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
         return self._plan
 
     def reader_options(self) -> dict[str, str]:
-        """The run's snapshot, the table as described and how it is split, for every reader of this run."""
-        snapshot, tids = self._started().snapshot, self._tids()
+        """The run's snapshot, the table as described and how it is split, for every reader of this run; an
+        incremental run's changed rows, or their places, where its plan has them (:meth:`_handed`)."""
+        snapshot = self._started().snapshot
         return {"described": self.table.catalog, "split_by": "blocks" if self.by_blocks else "key"} | (
-            {"snapshot": snapshot} if snapshot else {}) | ({"tids": tids} if tids else {})
+            {"snapshot": snapshot} if snapshot else {}) | self._handed()
 
     def instant(self) -> dict[str, Any]:
         """The run's snapshot: the oldest transaction it saw running, and the first it did not see (64-bit); and
@@ -129,32 +130,33 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
 
     def _changed(self) -> Changed | None:
         """An incremental run's scan for the changed rows (:func:`count_changed`), made once per plan: for the
-        deletes (:meth:`changed_keys`) and for the readers (:meth:`_tids`)."""
+        deletes (:meth:`changed_keys`) and for the readers (:meth:`_handed`)."""
         since = self._since_xmin()
         if since is None or not self.table.key:
             return None
-        if self._changes is None:  # the places, for key ranges alone: block ranges read by place already
-            places = 0 if self.by_blocks else min(self.options.tid_rows,
-                                                  PLACES_PAGES * self.page_limit(KeyRange(0, None, None)))
-            self._changes = count_changed(self._started().conn, self._in_plan(),
-                                          dataclasses.replace(self.table, columns=self.table.key), since, places)
+        if self._changes is None:  # rows or places, for key ranges alone: block ranges read by place already
+            page, most = self.page_limit(KeyRange(0, None, None)), 0 if self.by_blocks else self.options.tid_rows
+            self._changes = count_changed(self._started().conn, self._in_plan(), self.table, since,
+                                          min(most, page), min(most, PLACES_PAGES * page))
         return self._changes
 
-    def _tids(self) -> str:
-        """The places of an incremental run's changed rows, where its readers read those alone: key ranges of one
-        relation, up to ``tid_rows`` rows and ``PLACES_PAGES`` pages of them; else "" (each range is scanned for
-        them, through the key's index)."""
+    def _handed(self) -> dict[str, str]:
+        """What an incremental run's readers read instead of scanning key ranges, up to ``tid_rows`` changed rows:
+        the rows, read by the plan, where they fit one page (option ``rows``); else their places (option ``tids``),
+        in a table of one relation, up to ``PLACES_PAGES`` pages of them; else nothing."""
         changes = self._changed() if self._started().changed else None
-        return changes.tids if changes is not None else ""
+        if changes is None:
+            return {}
+        return {"rows": changes.rows} if changes.rows else {"tids": changes.tids} if changes.tids else {}
 
     def _in_plan(self) -> PostgresOptions:
         """The options of a connection that reads in the run's snapshot."""
         return dataclasses.replace(self.options, snapshot=self._started().snapshot or self.options.snapshot)
 
     def boundaries(self) -> Iterator[tuple[Any, int]]:
-        """One range where the readers read the changed rows by their places (a TID scan of a few rows, which one
-        reader does sooner than two processes start); else ranges of about ``split_size_mb``."""
-        return iter(()) if self._tids() else self._started().boundaries(self.by_blocks)
+        """One range where the plan hands its readers the changed rows or their places (a few rows, which one
+        reader reads sooner than two processes start); else ranges of about ``split_size_mb``."""
+        return iter(()) if self._handed() else self._started().boundaries(self.by_blocks)
 
     def before(self, a: Any, b: Any) -> bool:
         """Block keys in Python's order; a key's text in the server's order of the key (its collations)."""
@@ -172,9 +174,11 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
             return blocks * ROWS_PER_BLOCK
         return max(1, min(self.options.page_rows, blocks * BLOCK // self.table.row_bytes))
 
-    def connect(self) -> Connection:
+    def connect(self) -> Connection | None:
         """A session at the run's snapshot; one found gone is not asked for again (key ranges go on at a new
-        instant, and ``snapshot_lost`` is reported)."""
+        instant, and ``snapshot_lost`` is reported). None where the plan handed the rows (option ``rows``)."""
+        if self.options.rows and self.options.snapshot:
+            return None
         connection, self.options = session(self.options, self.table, self.by_blocks,
                                            lambda detail: self.report("snapshot_lost", detail))
         return connection
@@ -185,7 +189,7 @@ class PostgresSource(KeyRangeSource[PostgresOptions]):
         if connection is not None:
             connection.cancel()
 
-    def read(self, connection: Connection, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
+    def read(self, connection: Connection | None, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
         return page(connection, self.options, self.table, split, limit, self._since_xmin(), self.by_blocks)
 
     def incremental(self) -> Changes:

@@ -210,11 +210,11 @@ def test_ten_runs_under_writers_end_equal_to_the_table(postgres15: PostgresServe
     _verify(postgres15, table_name, out)
 
 
-def test_a_spark_run_reads_its_changed_rows_by_their_places(postgres15: PostgresServer, table_name: str,
-                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the Spark engine too, run 2 plans one split, read by the changed rows' places (the copy hands its tasks
-    the reader options as it hands the local engine's workers), and reads exactly what changed: a late commit, an
-    insert and a delete among it."""
+def test_a_spark_run_reads_the_changed_rows_its_plan_hands_it(postgres15: PostgresServer, table_name: str,
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the Spark engine too, run 2 plans one split, whose reader is handed the changed rows its plan read (the
+    copy hands its tasks the reader options as it hands the local engine's workers), and lands exactly what
+    changed: a late commit, an insert and a delete among it."""
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     server = postgres15
     make_events(server, table_name, 3000)
@@ -253,7 +253,7 @@ def test_a_kill_storm_inside_an_incremental_run_ends_exact(postgres15: PostgresS
     make_events(postgres15, table_name, 40_000)
     out = tmp_path / "out"
     split_mb = "0.06" if engine == "local" else "0.15"  # a Spark job a batch: fewer of them
-    # scanned for the changed rows (tid_rows=0), in key ranges: a run of one range by their places has one batch
+    # scanned for the changed rows (tid_rows=0), in key ranges: a run of one range handed its rows has one batch
     args = ["copy", *cli_options(postgres15, table_name, split_size_mb=split_mb, page_rows="500", tid_rows="0"),
             "--output", str(out),
             "--engine", engine, *(["--workers", "2"] if engine == "local" else []), "--max-splits-per-batch", "2",
@@ -492,11 +492,13 @@ class _DiedBeforeTheCommit(BaseException):
     """What a kill after a batch's files are written, before the batch is committed, leaves."""
 
 
-def test_a_run_read_by_places_that_died_before_its_commit_reads_again_at_a_new_instant(
+def test_a_run_handed_its_rows_that_died_before_its_commit_reads_again_at_a_new_instant(
         postgres15: PostgresServer, table_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run that reads its changed rows by their places (one range, in one batch) dies with the batch written and
-    not committed; the re-run replays the logged batch with no places (they were the dead run's snapshot's): its
-    reader scans the range at a new instant, and the output is the table, a change made in between included."""
+    """A run whose reader is handed the changed rows its plan read (one range, in one batch) dies with the batch
+    written and not committed; the re-run replays the logged batch with no rows (they were the dead run's
+    snapshot's): its reader scans the range at a new instant, and the output is the table, a change made in
+    between included."""
+    from connectors.postgres._reader import handed_rows
     from splitsource import _offsets, copy
     from splitsource.copyjob import _coordinator
 
@@ -523,13 +525,13 @@ def test_a_run_read_by_places_that_died_before_its_commit_reads_again_at_a_new_i
     monkeypatch.setattr(_coordinator._Coordinator, "commit", die)
     with pytest.raises(_DiedBeforeTheCommit):
         copy("postgres", source, str(out), engine="local", workers=2, incremental=True, progress=None)
-    assert len(handed) == 1 and handed[0]["tids"].count("(") == 300, "the run did not read by places"
+    assert len(handed) == 1 and handed_rows(handed[0]["rows"]).num_rows == 300, "the run was not handed its rows"
     assert _offsets._LIVE._key is None, "the dead run's enumerator, and its snapshot, outlived it"
     with server.connect() as conn:
         conn.execute(f"UPDATE {table_name} SET name = 'later' WHERE id IN (5, 10)")
     monkeypatch.setattr(_coordinator._Coordinator, "commit", commit)
     summary = copy("postgres", source, str(out), engine="local", workers=2, incremental=True, progress=None)
-    assert len(handed) == 2 and "tids" not in handed[-1] and "snapshot" not in handed[-1], handed[-1]
+    assert len(handed) == 2 and "rows" not in handed[-1] and "snapshot" not in handed[-1], handed[-1].keys()
     assert (summary.run, summary.deleted) == (2, 30), summary
     assert _newest(out) == _truth(server, table_name)
 

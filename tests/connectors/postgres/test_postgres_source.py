@@ -99,12 +99,15 @@ def _since_a_first_run(*sources: PostgresSource) -> None:
     first.close()
 
 
-def _changed_keys(source: PostgresSource) -> tuple[Any, str]:
-    """A run of ``source`` planned now: its ``changed_keys()`` and its readers' places (option ``tids``)."""
+def _changed_keys(source: PostgresSource) -> tuple[Any, int]:
+    """A run of ``source`` planned now: its ``changed_keys()`` and how many changed rows its readers are handed,
+    themselves (option ``rows``) or their places (option ``tids``)."""
     later = source.create_enumerator(FixedEnumeratorContext(1))
     later.start()
     try:
-        return later.changed_keys(), later.reader_options().get("tids", "")
+        handed = later.reader_options()
+        rows = _reader.handed_rows(handed["rows"]).num_rows if "rows" in handed else 0
+        return later.changed_keys(), rows + handed.get("tids", "").count("(")
     finally:
         later.close()
 
@@ -115,8 +118,8 @@ def test_changed_keys_count_the_rows_and_name_each_changed_key(postgres: Postgre
     """An incremental run's ``changed_keys()``, read in runs of 2 blocks over its two sessions: the rows the table
     holds counted (by the server's count of the rows its scans fetched), and exactly the keys of the rows updated and
     inserted since the last run's instant, as the test wrote them; a deleted row is in neither. With a ``where``,
-    which that count cannot see, no count (the deletes list the keys), and the readers get the places of the
-    changed rows it keeps."""
+    which that count cannot see, no count (the deletes list the keys), and the readers are handed the changed rows
+    it keeps."""
     monkeypatch.setattr(_reader, "RUN_BLOCKS", 2)
     sql, key_of = _KEYS.get(key_type, ("'r' || i % 3, i", lambda i: (f"r{i % 3}", i)))
     columns = ("k text, n int4, v int4, PRIMARY KEY (k, n)" if key_type == "composite"
@@ -142,8 +145,8 @@ def test_changed_keys_count_the_rows_and_name_each_changed_key(postgres: Postgre
     rows = [tuple(r[n] for n in names) for r in found.to_pylist()]
     wanted = [key_of(i) for i in [*range(1, 51), *range(2951, 3021)]]
     assert sorted(rows, key=repr) == sorted((w if isinstance(w, tuple) else (w,) for w in wanted), key=repr)
-    counted, places = _changed_keys(filtered)
-    assert counted is None and places.count("(") == 50 + 20
+    counted, handed = _changed_keys(filtered)
+    assert counted is None and handed == 50 + 20
 
 
 def test_changed_keys_count_the_rows_of_every_partition(postgres: PostgresServer, table_name: str,
@@ -203,8 +206,8 @@ def test_changed_keys_are_counted_for_a_select_only_login_and_not_where_the_serv
         with postgres15.connect(dbname=where) as conn:
             conn.execute(f"UPDATE {table_name} SET v = -v WHERE k % 100 = 1")
             conn.execute(f"DELETE FROM {table_name} WHERE k = 2")
-        counted, places = _changed_keys(source)
-        found[where] = (counted[0] if counted else None, places.count("("))
+        counted, handed = _changed_keys(source)
+        found[where] = (counted[0] if counted else None, handed)
     with postgres15.connect() as conn:
         conn.execute(f"DROP DATABASE {database}")
     assert found == {"postgres": (2999, 30), database: (None, 30)}
@@ -398,107 +401,33 @@ def _reader_of(handed: dict[str, Any], **extra: str) -> PostgresSource:
     return source
 
 
-def test_a_page_holding_every_place_left_is_read_in_two_halves_at_once(postgres15: PostgresServer,
-                                                                       table_name: str,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where a reader's places all fit one page, it reads them in two halves at once, one on each of its two
-    sessions in the run's snapshot, and the page ends the range: each query waits here until the other has been
-    sent too (so one after the other would break the barrier), and the rows are exactly the changed ones."""
-    import threading
-
+def test_a_run_whose_changed_rows_fit_a_page_hands_them_to_its_reader(postgres: PostgresServer, table_name: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where an incremental run's changed rows fit one page, its plan's scan reads them and hands them to its one
+    range's reader (option ``rows``), which connects to no server: exactly the rows updated and inserted since the
+    last run, as of the run's snapshot, a change committed after it left out. A page's worth and one more row:
+    their places, read by the reader."""
     from connectors.postgres import _session
 
-    enumerator, handed, wanted = _run_after_changes(postgres15, table_name, page_rows="1000")
+    enumerator, handed, wanted = _run_after_changes(postgres, table_name, page_rows="150")
     try:
         (split,) = list(iter(enumerator.next_split, None))
-        assert handed["tids"].count("(") == len(wanted) == 150
-        both, query, sessions = threading.Barrier(2), _session.Connection.query, set()
+        assert "tids" not in handed and _reader.handed_rows(handed["rows"]).num_rows == len(wanted) == 150
+        with postgres.connect() as conn:  # after the run's snapshot
+            conn.execute(f"UPDATE {table_name} SET v = 0 WHERE k IN (3, 20001)")
 
-        def together(connection: _session.Connection, sql: str) -> pa.RecordBatch:
-            if "ctid = ANY" in sql:
-                sessions.add(id(connection))
-                both.wait(timeout=60)
-            return query(connection, sql)
+        def refused(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError("a reader handed the rows connected to the server")
 
-        monkeypatch.setattr(_session.Connection, "query", together)
-        rows, _ = _read_whole(_reader_of(handed), split)
-    finally:
-        enumerator.close()
-    assert len(sessions) == 2
-    assert rows == wanted
-
-
-def test_wake_up_cancels_both_halves_of_a_page(postgres15: PostgresServer, table_name: str) -> None:
-    """A page read in two halves at once, each query sleeping 60 s on the server (a ``where`` with an uncorrelated
-    pg_sleep): wake_up cancels both sessions' queries, so the fetch comes back at once with nothing, and no query of
-    the page is left running; the split, read again, gives the changed rows."""
-    import threading
-
-    enumerator, handed, wanted = _run_after_changes(postgres15, table_name, page_rows="1000")
-    try:
-        (split,) = list(iter(enumerator.next_split, None))
-        reader = _reader_of(handed, where="(SELECT pg_sleep(60)) IS NOT NULL").create_split_reader()
-        reader.add_splits([split])
-        fetched: list[Any] = []
-        fetching = threading.Thread(target=lambda: fetched.append(reader.fetch()))
-        fetching.start()
-
-        def sleeping() -> int:
-            with postgres15.connect() as conn:
-                return int(conn.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' "
-                                        "AND query LIKE '%ctid = ANY%' AND pid <> pg_backend_pid()").fetchone()[0])
-
-        deadline = time.monotonic() + 60
-        while sleeping() < 2:
-            assert time.monotonic() < deadline, "the page's two halves never ran at once"
-            time.sleep(0.05)
-        reader.wake_up()
-        fetching.join(30)
-        assert not fetching.is_alive(), "the fetch waited for a half wake_up did not cancel"
-        assert not fetched[0].batches and not fetched[0].finished
-        deadline = time.monotonic() + 30
-        while sleeping():
-            assert time.monotonic() < deadline, "a half of the page still runs on the server"
-            time.sleep(0.05)
-        reader.close()
+        monkeypatch.setattr(_session.Connection, "__init__", refused)
         rows, _ = _read_whole(_reader_of(handed), split)
     finally:
         enumerator.close()
     assert rows == wanted
-
-
-def test_a_half_whose_backend_ended_is_retried_with_its_page(postgres15: PostgresServer, table_name: str) -> None:
-    """The second session's half of a page ends mid-query (pg_terminate_backend of the newer of the page's two
-    sessions, while both sleep 3 s on the server): its error reaches the reader as the driver raised it, transient,
-    and the next fetch reads the page again, both halves in new sessions at the run's snapshot: each changed row
-    once."""
-    enumerator, handed, wanted = _run_after_changes(postgres15, table_name, page_rows="1000")
-    try:
-        (split,) = list(iter(enumerator.next_split, None))
-        source = _reader_of(handed, where="(SELECT pg_sleep(3)) IS NOT NULL")
-        reader = source.create_split_reader()
-        reader.add_splits([split])
-        # the partner: of the page's two sessions, the one connected second
-        killer, terminated = _terminating(postgres15, "SELECT pg_terminate_backend(pid) FROM (SELECT pid, count(*) "
-                                          "OVER () AS halves, backend_start FROM pg_stat_activity WHERE state = "
-                                          "'active' AND query LIKE '%pg_sleep(3)%ctid = ANY%' AND pid <> "
-                                          "pg_backend_pid()) AS a WHERE halves = 2 ORDER BY backend_start DESC LIMIT 1")
-        with pytest.raises(Exception) as caught:
-            reader.fetch()
-        killer.join(60)
-        assert terminated, "the second half's query was not terminated: the test proves nothing"
-        assert source.is_transient(caught.value), repr(caught.value)
-        rows: list[tuple[int, int]] = []
-        while True:
-            got = reader.fetch()
-            rows += [(row["k"], row["v"]) for _, (page, _) in got.batches for row in page.to_pylist()]
-            if got.finished:
-                break
-        reader.close()
-    finally:
-        enumerator.close()
-    assert sorted(rows) == wanted
-
+    monkeypatch.undo()
+    enumerator, handed, wanted = _run_after_changes(postgres, table_name, page_rows="149")
+    enumerator.close()
+    assert "rows" not in handed and handed["tids"].count("(") == 150
 
 def _rows_per_split(server: PostgresServer, source: PostgresSource) -> list[int]:
     enumerator = source.create_enumerator(FixedEnumeratorContext(2))
