@@ -61,13 +61,12 @@ def page(connection: Connection | None, options: PostgresOptions, table: Table, 
          since: int | None, by_blocks: bool) -> tuple[pa.RecordBatch, object, bool]:
     """One page of ``split``: its rows as the table's Arrow schema, the key the next page reads after, and whether
     the range is done. ``since`` (an incremental run's): only the row versions the last run's snapshot, whose xmin
-    that is, could not see (:func:`changed_since`); where the plan read them (option ``rows``: no ``connection``),
+    that is, could not see (:func:`changed_since`); where the plan read them (no ``connection``: option ``rows``),
     those, a page that ends the range; where it found their places (option ``tids``), a key range reads those alone
     (a TID scan) instead of walking the key's index over every row of the range."""
-    if options.rows and options.snapshot:
+    if connection is None:
         rows = handed_rows(options.rows)
         return _converted(table, rows), _key_at(table, rows, rows.num_rows - 1) if rows.num_rows else None, True
-    assert connection is not None
     conditions = [f"({options.where})"] if options.where else []
     relation = table.qualified
     order = ""
