@@ -61,7 +61,7 @@ if TYPE_CHECKING:
         SplitState,
     )
     from splitsource._copy_call import copy
-    from splitsource._keyrange import KeyRange, KeyRangePosition, KeyRangeSource
+    from splitsource._keyrange import CursorRange, KeyRange, KeyRangePosition, KeyRangeSource
     from splitsource._registry import BUILTIN_CONNECTORS, resolve_connector
     from splitsource._splits import SplitQueue
     from splitsource._state import (
@@ -90,7 +90,7 @@ _HOME = {
                      "RecordEmitter", "RecordsBySplits", "ResumeEmitter", "ResumeState", "Source", "Split",
                      "SplitEnumerator", "SplitEnumeratorContext", "SplitReader", "SplitState"), "splitsource._api"),
     "copy": "splitsource._copy_call",
-    **dict.fromkeys(("KeyRange", "KeyRangePosition", "KeyRangeSource"), "splitsource._keyrange"),
+    **dict.fromkeys(("CursorRange", "KeyRange", "KeyRangePosition", "KeyRangeSource"), "splitsource._keyrange"),
     **dict.fromkeys(("BUILTIN_CONNECTORS", "resolve_connector"), "splitsource._registry"),
     "SplitQueue": "splitsource._splits",
     **dict.fromkeys(("EnumeratorStateSerializer", "enumerator_state_from_bytes", "enumerator_state_to_bytes"),
@@ -111,6 +111,7 @@ __all__ = [
     "CheckpointError",
     "ConnectorNotFoundError",
     "CopyError",
+    "CursorRange",
     "EnumeratorState",
     "EnumeratorStateSerializer",
     "ExecutorEnvironmentError",

@@ -1,5 +1,6 @@
 """KeyRangeSource: the short path for a source whose rows are ordered by a key, cut into ranges, and resumed after
-the last key read (SQLite's rowids, a table's primary key).
+the last key read (SQLite's rowids, a table's primary key); an incremental run reads the keys added since the last
+run (:meth:`KeyRangeSource.last_key`) or the rows a cursor says changed (:meth:`KeyRangeSource.last_cursor`).
 
 An author writes the options, ``schema``, ``boundaries`` (where the ranges end) and ``read`` (one page of a range,
 and whether the range is done), and gets the split, its state, the enumerator, the reader, versioned
@@ -29,6 +30,7 @@ from __future__ import annotations
 import abc
 import collections
 import dataclasses
+import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -51,22 +53,35 @@ from splitsource._splits import SplitQueue
 from splitsource._typed_options import Secret
 from splitsource._wakeup import WakeUp
 
-__all__ = ["KeyRange", "KeyRangePosition", "KeyRangeSource"]
+__all__ = ["CursorRange", "KeyRange", "KeyRangePosition", "KeyRangeSource"]
 
 OptionsT = TypeVar("OptionsT")
 Page = tuple[pa.RecordBatch, "KeyRange"]  # what the emitter gets: a page's rows, and the range left after them
 
 
 @dataclasses.dataclass(frozen=True)
+class CursorRange:
+    """The cursor values whose rows an incremental run of a source of updates reads
+    (:meth:`KeyRangeSource.last_cursor`): above ``after``, and equal to it too where ``at_after`` (``after`` None:
+    from the lowest), and at most ``upto``, the greatest when the run planned (None: no row held one)."""
+
+    after: Any = None
+    upto: Any = None
+    at_after: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class KeyRange(Split):
     """The rows whose key is greater than ``after`` and at most ``upto`` (``None``: unbounded on that side), in
     key order. Keys are plain values: integers, strings, bytes, or tuples of them (a composite key). Reading
-    narrows it by moving ``after`` to the last key read; its id stays."""
+    narrows it by moving ``after`` to the last key read; its id stays. ``cursor``: of those rows, only the ones
+    whose cursor value is in it (a source of updates, :meth:`KeyRangeSource.last_cursor`; None: every row)."""
 
     index: int
     after: Any = None
     upto: Any = None
     size: int = 0
+    cursor: CursorRange | None = None
 
     @property
     def split_id(self) -> str:
@@ -82,7 +97,9 @@ class KeyRangePosition:
     """Where a key-range plan stands: the next range's index, the upper key of the last range handed out, and
     whether the last range was handed out; ``bounded``: the plan ends at key ``last``, the greatest key when it
     began (a source with :meth:`KeyRangeSource.last_key`), else its last range is open-ended; ``guard``: what the
-    plan was cut from, for a source whose ranges must not move (:meth:`KeyRangeSource.plan_guard`)."""
+    plan was cut from, for a source whose ranges must not move (:meth:`KeyRangeSource.plan_guard`); ``cursor``: the
+    cursor values every range reads, and ``held``, a digest of the rows holding the greatest when it planned (a
+    source of updates, :meth:`KeyRangeSource.last_cursor`)."""
 
     index: int = 0
     after: Any = None
@@ -90,6 +107,8 @@ class KeyRangePosition:
     last: Any = None
     bounded: bool = False
     guard: str = ""
+    cursor: CursorRange | None = None
+    held: str = ""
 
 
 class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic[OptionsT]):
@@ -100,7 +119,8 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
     hold what every reader shares, a snapshot), :meth:`reader_options` (hand it to them), :meth:`instant`,
     :meth:`changed`, :meth:`keys` and :meth:`changed_keys` (incremental runs), :meth:`before` (a key order that is
     not Python's), :meth:`plan_guard` (a plan that must not move); where rows are read, :meth:`connect`,
-    :meth:`interrupt`, :meth:`page_limit` and :meth:`report`."""
+    :meth:`interrupt`, :meth:`page_limit` and :meth:`report`. An incremental source gives :meth:`last_key` (rows
+    only added, under growing keys) or :meth:`last_cursor` and :meth:`cursor_rows` (rows changed, by a cursor)."""
 
     page_rows: ClassVar[int] = 10_000
     resumes_from_state: ClassVar[bool] = True  # a resumed copy skips the ranges it handed out, by key
@@ -143,7 +163,7 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
     def instant(self) -> Mapping[str, Any]:
         """Where the source stands for this run, as a small JSON object (after :meth:`start`), handed to the next
         incremental run as :attr:`Source.since` (:meth:`SplitEnumerator.instant`). A source with :meth:`last_key`
-        gets ``{"key": last}`` without it."""
+        gets ``{"key": last}`` without it, and one with :meth:`last_cursor` its cursor's."""
         return {}
 
     def changed(self) -> bool:
@@ -200,15 +220,43 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
         raises NotImplementedError (a run reads to the end, as it finds it)."""
         raise NotImplementedError
 
+    def last_cursor(self) -> Any:
+        """For a source of updates, whose rows carry a cursor that every insert and update sets to a value at least
+        the greatest any earlier commit left (an ``updated_at`` the writing statement sets, in a source that
+        commits one writer at a time), and whose :meth:`incremental` returns ``Changes.UPSERTS``: the greatest
+        cursor value the rows hold now (None: no row; a number or a text). A run reads the rows whose cursor is in
+        its ranges' :attr:`KeyRange.cursor` (:meth:`read` keeps only those); the next one those changed since, and
+        the ones sharing the last run's greatest value again where :meth:`cursor_rows` says they changed; one where
+        neither this nor those moved reads nothing. The default raises NotImplementedError (no cursor)."""
+        raise NotImplementedError
+
+    def cursor_rows(self, value: Any) -> Iterable[Sequence[Any]]:
+        """The rows whose cursor value is ``value`` now, as plain values in any order (a source with
+        :meth:`last_cursor`): a run keeps a digest of them, so that the next one reads them again only where one
+        changed without moving the cursor past them (two commits in one tick of a clock)."""
+        raise NotImplementedError
+
+    def _updates(self) -> bool:
+        """Whether runs read by a cursor: a source with :meth:`last_cursor` whose :meth:`incremental` accepts
+        upserts."""
+        if type(self).last_cursor is KeyRangeSource.last_cursor:
+            return False
+        try:
+            return self.incremental() is Changes.UPSERTS
+        except OptionsError:  # no cursor for this table: a copy reads it whole
+            return False
+
     def _appends(self) -> bool:
-        return type(self).last_key is not KeyRangeSource.last_key
+        """Whether runs end at the greatest key when they planned, and a next one starts after it."""
+        return type(self).last_key is not KeyRangeSource.last_key and not self._updates()
 
     def incremental(self) -> Changes:
-        """``Changes.APPENDS`` for a source with :meth:`last_key`; refused without it."""
-        if not self._appends():
+        """``Changes.APPENDS`` for a source with :meth:`last_key`; refused without it. A source of updates
+        (:meth:`last_cursor`) overrides it to return ``Changes.UPSERTS``."""
+        if type(self).last_key is KeyRangeSource.last_key:
             raise OptionsError(f"connector {self.name!r} cannot copy only what changed (--incremental): it does not "
                                "give the greatest key it holds (KeyRangeSource.last_key), after which a next run "
-                               "would read; copy it whole")
+                               "would read, nor a cursor (KeyRangeSource.last_cursor); copy it whole")
         return Changes.APPENDS
 
     def identity(self) -> Mapping[str, Any]:
@@ -237,11 +285,36 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
         return _Reader(self)
 
     def split_serializer(self) -> SimpleVersionedSerializer[KeyRange]:
-        return dataclass_serializer(KeyRange)
+        return dataclass_serializer(KeyRange, 2, {1: lambda fields: [*fields, None]})  # 1: before cursors
 
     def position_serializer(self) -> SimpleVersionedSerializer[KeyRangePosition]:
-        return dataclass_serializer(KeyRangePosition, 3, {1: lambda fields: [*fields, None, False],
-                                                          2: lambda fields: [*fields, ""]})
+        return dataclass_serializer(KeyRangePosition, 4, {1: lambda fields: [*fields, None, False],
+                                                          2: lambda fields: [*fields, ""],
+                                                          3: lambda fields: [*fields, None, ""]})
+
+
+def _digest(rows: Iterable[Sequence[Any]]) -> str:
+    """A digest of rows in any order (of plain values)."""
+    return hashlib.sha256(repr(sorted(repr(tuple(row)) for row in rows)).encode()).hexdigest()[:16]
+
+
+def _by_cursor(source: KeyRangeSource[Any], at: KeyRangePosition) -> KeyRangePosition:
+    """A fresh plan of a source of updates (:meth:`KeyRangeSource.last_cursor`): the cursor values it reads, after
+    the last run's greatest (and that value too, where the rows holding it changed) up to the greatest now, kept
+    with a digest of the rows at the greatest; a plan where neither moved is done before it starts (a delete moves
+    neither: the run's keys find it, :meth:`KeyRangeSource.keys`)."""
+    upto = source.last_cursor()
+    if not isinstance(upto, int | float | str | None) or isinstance(upto, bool):
+        raise ProtocolError(f"connector {source.name!r}: last_cursor() gave {upto!r}: a cursor value is a number "
+                            "or a text (kept in JSON for the next run)")
+    held = "" if upto is None else _digest(source.cursor_rows(upto))
+    since = source.since or {}
+    after = since.get("cursor")
+    if after is None:  # the first run, or a last run that found no row: every row up to the greatest
+        return dataclasses.replace(at, cursor=CursorRange(None, upto), held=held)
+    again = (held if after == upto else _digest(source.cursor_rows(after))) != since.get("held")
+    return dataclasses.replace(at, cursor=CursorRange(after, upto, again), held=held,
+                               done=at.done or not (again or upto != after))
 
 
 def _key(value: Any) -> Any:
@@ -273,6 +346,8 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
         guard = source.plan_guard()
         if self._fresh:
             self._at = dataclasses.replace(self._at, guard=guard, done=not source.changed())
+            if source._updates():
+                self._at = _by_cursor(source, self._at)
         elif guard != self._at.guard:
             raise CheckpointError(
                 f"connector {source.name!r}: the source changed since this copy began ({self._at.guard!r}, now "
@@ -282,7 +357,10 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
             self._at = dataclasses.replace(self._at, last=source.last_key(), bounded=True)
 
     def instant(self) -> Mapping[str, Any]:
-        return {"key": self._at.last} if self._at.bounded else self._source.instant()
+        at = self._at
+        if at.cursor is not None:
+            return {"cursor": at.cursor.upto, "held": at.held}
+        return {"key": at.last} if at.bounded else self._source.instant()
 
     def reader_options(self) -> Mapping[str, str]:
         return self._source.reader_options()
@@ -310,14 +388,14 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
             if at.after is None or before(at.after, upto):
                 self._at = dataclasses.replace(at, index=at.index + 1, after=upto)
                 self._planning = True
-                return KeyRange(at.index, at.after, upto, self._size)
+                return KeyRange(at.index, at.after, upto, self._size, at.cursor)
             if self._planning:  # past the ranges a resumed copy skips: a boundary out of order would lose keys
                 raise ProtocolError(
                     f"connector {self._source.name!r}: boundaries() gave {upto!r} after {at.after!r}: boundaries "
                     "must ascend in the source's key order (KeyRangeSource.before, Python's by default); give keys "
                     "that sort as the source sorts them, or override before()")
         self._at = dataclasses.replace(at, index=at.index + 1, done=True)
-        return KeyRange(at.index, at.after, end, self._size)
+        return KeyRange(at.index, at.after, end, self._size, at.cursor)
 
     def position(self) -> KeyRangePosition:
         return self._at

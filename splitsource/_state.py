@@ -34,6 +34,11 @@ class EnumeratorStateSerializer(Generic[SplitT, PositionT]):
     def name(self) -> str:
         return f"EnumeratorStateSerializer[{self._splits.name}, {self._position.name}]"
 
+    @property
+    def layout(self) -> tuple[int, int, int]:
+        """Its version and those of the split and position serializers whose envelopes its bytes hold."""
+        return self.version, self._splits.version, self._position.version
+
     def serialize(self, obj: EnumeratorState[SplitT, PositionT]) -> bytes:
         return pack(
             [[write_envelope(self._splits, s) for s in obj.pending], write_envelope(self._position, obj.position)]

@@ -9,7 +9,7 @@ from connectors.cassandra._splits import CASSANDRA_SPLIT_SERIALIZER, CassandraSp
 from connectors.generator import GeneratorSource
 from connectors.postgres import PostgresSource
 from serializers import SimpleVersionedSerializer
-from splitsource import EnumeratorState, EnumeratorStateSerializer, KeyRange, KeyRangePosition
+from splitsource import CursorRange, EnumeratorState, EnumeratorStateSerializer, KeyRange, KeyRangePosition
 
 _gen = GeneratorSource({})
 _pg = PostgresSource({"table": "events"})  # the short path's serializers, as PostgreSQL uses them
@@ -30,6 +30,11 @@ CASES: dict[str, tuple[SimpleVersionedSerializer[Any], Any]] = {
     # plans kept a guard)
     "keyrange-split": (_pg.split_serializer(), KeyRange(2, ("7", "b c"), ("9", "a"), 1 << 20)),
     "keyrange-position": (_pg.position_serializer(), KeyRangePosition(5, (1, 127, 65535), False, None, False)),
+    # a range of a run by a cursor (SQLite's option cursor), and its plan (version 2 and 4: before, no cursor)
+    "keyrange-cursor-split": (_pg.split_serializer(),
+                              KeyRange(4, 300, 600, 8192, CursorRange("2026-12-02 10:00", "2026-12-02 11:00", True))),
+    "keyrange-cursor-position": (_pg.position_serializer(), KeyRangePosition(2, 600, False, None, False, "",
+                                                                             CursorRange(7, 9), "3f1c0de27a4b5e6d")),
 }
 
 # file in tests/golden/refused -> the serializer that refuses it now

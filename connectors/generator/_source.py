@@ -252,12 +252,13 @@ class GeneratorSource(KeyRangeSource[GeneratorOptions]):
         connection.set()
 
     def split_serializer(self) -> SimpleVersionedSerializer[KeyRange]:
-        """The short path's, at version 2: version 1 was the generator's own split, ``[index, start, end, bytes)``,
-        whose fields a key range would misread (its end is not a key read)."""
-        return dataclass_serializer(KeyRange, 2, {1: refused(_BEFORE)})
+        """The short path's, at version 3: version 1 was the generator's own split, ``[index, start, end, bytes)``,
+        whose fields a key range would misread (its end is not a key read); version 2, a key range before cursors."""
+        return dataclass_serializer(KeyRange, 3, {1: refused(_BEFORE), 2: lambda fields: [*fields, None]})
 
     def position_serializer(self) -> SimpleVersionedSerializer[KeyRangePosition]:
-        return dataclass_serializer(KeyRangePosition, 3, {1: refused(_BEFORE), 2: refused(_BEFORE)})
+        return dataclass_serializer(KeyRangePosition, 4, {1: refused(_BEFORE), 2: refused(_BEFORE),
+                                                          3: lambda fields: [*fields, None, ""]})
 
     def read(self, connection: threading.Event, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
         if self.options.fetch_delay_ms and connection.wait(self.options.fetch_delay_ms / 1000):

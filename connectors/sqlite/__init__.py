@@ -1,4 +1,5 @@
-"""The SQLite connector: one rowid table of a SQLite file, read in rowid ranges (``connector=sqlite``).
+"""The SQLite connector: one rowid table of a SQLite file, read in rowid ranges (``connector=sqlite``); an
+incremental copy's next run reads the rows added since, or with option ``cursor`` those changed since.
 
 Built on the key-range short path (:class:`splitsource.KeyRangeSource`): it is the connector guide's second worked
 example. Columns map by SQLite's type affinity (docs/sqlite.md): INTEGER to int64, REAL to float64, TEXT to string,
@@ -10,7 +11,7 @@ column's Arrow type cannot hold exactly (text in an INTEGER column, say) stops t
 import functools
 import math
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from splitsource import KeyRange, KeyRangeSource, OptionsError, ValueRangeError, option
+from splitsource import Changes, KeyRange, KeyRangeSource, OptionsError, ValueRangeError, option
 
 # SQLite's affinity rules in its order (sqlite.org/datatype3.html, 3.1), BOOL first; None: NUMERIC, read as text
 _AFFINITY = (("BOOL", pa.int64()), ("INT", pa.int64()), ("CHAR", pa.string()), ("CLOB", pa.string()),
@@ -47,6 +48,9 @@ class SQLiteOptions:
     file: str = option(doc="the SQLite database file (opened read-only)")
     table: str = option(doc="the table to read (a rowid table)")
     split_rows: int = option(100_000, doc="rows per split", minimum=1)
+    cursor: str = option("", doc="a NOT NULL column every insert and update sets, never below the greatest before "
+                                 "it (an updated_at the writing statement sets): an incremental copy's next run "
+                                 "reads the rows changed since, and finds the deletes (empty: the rows added)")
 
 
 class SQLiteSource(KeyRangeSource[SQLiteOptions]):
@@ -59,17 +63,18 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
         return sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
 
     @functools.cached_property
-    def _columns(self) -> list[tuple[str, str, pa.DataType]]:
+    def _info(self) -> list[tuple[str, str, int, int]]:
+        """Each column's name, declared type, NOT NULL, and place in the primary key."""
         table = self.options.table
         with closing(self.connect()) as db:
             try:
-                found = db.execute("SELECT name, type FROM pragma_table_info(?)", [table]).fetchall()
+                found = db.execute('SELECT name, type, "notnull", pk FROM pragma_table_info(?)', [table]).fetchall()
                 kind = db.execute("SELECT type FROM sqlite_master WHERE name = ? COLLATE NOCASE", [table]).fetchone()
             except sqlite3.DatabaseError as exc:  # the file's first query: not a database, or a damaged one
                 if isinstance(exc, sqlite3.OperationalError):  # locked, busy: not the option's fault
                     raise
                 raise OptionsError(f"connector 'sqlite': option 'file': {self.options.file}: {exc}") from None
-            rowid = _rowid(name for name, _ in found)
+            rowid = _rowid(name for name, *_ in found)
             if found and kind == ("table",) and rowid:
                 try:
                     db.execute(f"SELECT {rowid} FROM {_quote(table)} LIMIT 0")
@@ -81,7 +86,11 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
             what = f"a {kind[0]}" if rowid else "a table whose columns hide rowid, _rowid_ and oid"
             raise OptionsError(f"connector 'sqlite': option 'table': {table} is {what}, which has no rowid to "
                                "read it in ranges of: copy a rowid table")
-        return [_column(name, declared) for name, declared in found]
+        return found
+
+    @functools.cached_property
+    def _columns(self) -> list[tuple[str, str, pa.DataType]]:
+        return [_column(name, declared) for name, declared, _, _ in self._info]
 
     @functools.cached_property
     def _rowid(self) -> str:
@@ -96,6 +105,42 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
         with closing(self.connect()) as db:
             return db.execute(f"SELECT max({self._rowid}) FROM {_quote(self.options.table)}").fetchone()[0]
 
+    def key_columns(self) -> list[str]:
+        """The INTEGER PRIMARY KEY (the rowid's own name), if the table has one."""
+        keys = [(name, declared) for name, declared, _, pk in self._info if pk]
+        return [keys[0][0]] if len(keys) == 1 and keys[0][1].upper() == "INTEGER" else []
+
+    def incremental(self) -> Changes:
+        """By the rowid (rows added), or by option ``cursor`` (rows changed, replaced by their key)."""
+        cursor = self.options.cursor
+        if not cursor:
+            return super().incremental()
+        table = self.options.table
+        if not any(name == cursor and notnull for name, _, notnull, _ in self._info):
+            raise OptionsError(f"connector 'sqlite': option 'cursor': table {table} has no NOT NULL column {cursor} "
+                               "(a row without a cursor value would never be read again)")
+        if not self.key_columns():
+            raise OptionsError(f"connector 'sqlite': option 'cursor': table {table} has no INTEGER PRIMARY KEY to "
+                               "replace a changed row by")
+        return Changes.UPSERTS
+
+    def last_cursor(self) -> Any:
+        with closing(self.connect()) as db:
+            return db.execute(f"SELECT max({_quote(self.options.cursor)}) FROM {_quote(self.options.table)}"
+                              ).fetchone()[0]
+
+    def cursor_rows(self, value: Any) -> Any:
+        with closing(self.connect()) as db:
+            return db.execute(self._select(f"WHERE {_quote(self.options.cursor)} = ?"), [value]).fetchall()
+
+    def keys(self) -> Iterator[pa.RecordBatch] | None:
+        """Every key now, where runs read by a cursor (rows only added are never deleted)."""
+        if not self.options.cursor:
+            return None
+        with closing(self.connect()) as db:
+            ids = db.execute(f"SELECT {self._rowid} FROM {_quote(self.options.table)} ORDER BY 1").fetchall()
+        return iter([pa.record_batch([pa.array([i for i, in ids], pa.int64())], names=self.key_columns())])
+
     def boundaries(self) -> Any:
         with closing(self.connect()) as db:
             low, high, count = db.execute(f"SELECT min({self._rowid}), max({self._rowid}), count(*) FROM "
@@ -106,12 +151,17 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
 
     def _select(self, where: str) -> str:
         columns = ", ".join(selected for _, selected, _ in self._columns)
-        table, rowid = _quote(self.options.table), self._rowid
-        return f"SELECT {rowid}, {columns} FROM {table} {where.format(rowid=rowid)} ORDER BY {rowid}"
+        return f"SELECT {self._rowid}, {columns} FROM {_quote(self.options.table)} {where} ORDER BY {self._rowid}"
 
     def read(self, connection: sqlite3.Connection, split: KeyRange, limit: int) -> tuple[pa.RecordBatch, Any, bool]:
-        bounds = (-math.inf if split.after is None else split.after, math.inf if split.upto is None else split.upto)
-        rows = connection.execute(self._select("WHERE {rowid} > ? AND {rowid} <= ?") + " LIMIT ?", (*bounds, limit))
+        bounds = [-math.inf if split.after is None else split.after, math.inf if split.upto is None else split.upto]
+        where, cursor = f"WHERE {self._rowid} > ? AND {self._rowid} <= ?", split.cursor
+        if cursor is not None:  # a run of updates: the rows whose cursor is in its range
+            column = _quote(self.options.cursor)
+            where += f" AND {column} <= ?" + ("" if cursor.after is None else
+                                             f" AND {column} {'>=' if cursor.at_after else '>'} ?")
+            bounds += [cursor.upto] + ([] if cursor.after is None else [cursor.after])
+        rows = connection.execute(self._select(where) + " LIMIT ?", (*bounds, limit))
         ids, *values = list(zip(*rows.fetchall(), strict=True)) or [()] * (len(self._columns) + 1)
         try:  # SQLite keeps any value in any column: one its column's Arrow type cannot hold stops the read
             arrays = [pa.array(v, arrow) for v, (_, _, arrow) in zip(values, self._columns, strict=True)]
@@ -122,4 +172,4 @@ class SQLiteSource(KeyRangeSource[SQLiteOptions]):
 
     def reference_rows(self, part: int = 0, parts: int = 1) -> Any:
         with closing(self.connect()) as db:
-            yield from (row[1:] for row in db.execute(self._select(f"WHERE abs({{rowid}}) % {parts} = {part}")))
+            yield from (row[1:] for row in db.execute(self._select(f"WHERE abs({self._rowid}) % {parts} = {part}")))

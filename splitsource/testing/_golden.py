@@ -17,7 +17,8 @@ def check_golden(folder: str | Path, cases: Mapping[str, tuple[SimpleVersionedSe
     """Check every golden file of ``cases`` in ``folder``; with ``write``, first write the missing ones.
 
     ``cases`` maps a name to a serializer and the object it holds at its current version. The file
-    ``<name>-v<version>.bin`` freezes that version's bytes (with their envelope). Each file in ``folder`` of a
+    ``<name>-v<version>.bin`` freezes that version's bytes (with their envelope; an enumerator state's file is named
+    by its own version and its splits' and position's, ``-v1.3.4``). Each file in ``folder`` of a
     case's name, at any version, must read back as the case's object (so an older version's bytes must upgrade to
     it); the current version's bytes must not change (a change needs a new version and an upgrade). A case with no
     file for its current version fails, unless ``write`` makes it: run once with ``write=True`` after a version
@@ -31,7 +32,8 @@ def check_golden(folder: str | Path, cases: Mapping[str, tuple[SimpleVersionedSe
     folder = Path(folder)
     checked = []
     for name, (serializer, expected) in cases.items():
-        current = folder / f"{name}-v{serializer.version}.bin"
+        layout = golden_layout(serializer)
+        current = folder / f"{name}-v{layout}.bin"
         if write and not current.exists():
             folder.mkdir(parents=True, exist_ok=True)
             current.write_bytes(write_envelope(serializer, expected))
@@ -39,7 +41,7 @@ def check_golden(folder: str | Path, cases: Mapping[str, tuple[SimpleVersionedSe
             raise AssertionError(f"golden {name}: no file {current} for {serializer.name} version "
                                  f"{serializer.version}; write it once with check_golden(..., write=True), commit it")
         for path in sorted(folder.glob(f"{name}-v*.bin")):
-            match = re.fullmatch(rf"{re.escape(name)}-v(\d+)\.bin", path.name)
+            match = re.fullmatch(rf"{re.escape(name)}-v([\d.]+)\.bin", path.name)
             if match is None:
                 continue
             data = path.read_bytes()
@@ -49,8 +51,15 @@ def check_golden(folder: str | Path, cases: Mapping[str, tuple[SimpleVersionedSe
                 raise AssertionError(f"golden {name}: {path.name} cannot be read: {exc}") from None
             if got != expected:
                 raise AssertionError(f"golden {name}: {path.name} reads back as {got!r}, not {expected!r}")
-            if int(match.group(1)) == serializer.version and write_envelope(serializer, expected) != data:
-                raise AssertionError(f"golden {name}: the bytes of version {serializer.version} changed "
+            if match.group(1) == layout and write_envelope(serializer, expected) != data:
+                raise AssertionError(f"golden {name}: the bytes of version {layout} changed "
                                      f"({path.name}): give {serializer.name} a new version and an upgrade")
             checked.append(path)
     return checked
+
+
+def golden_layout(serializer: SimpleVersionedSerializer[Any]) -> str:
+    """The version a golden file of ``serializer`` is named by: its own, and for one that holds the bytes of others
+    (an enumerator's state: its splits' and position's), theirs after it (``1.3.4``), since their versions change
+    its bytes."""
+    return ".".join(str(v) for v in getattr(serializer, "layout", (serializer.version,)))
