@@ -116,7 +116,7 @@ def _parse_bool(text: str) -> bool:
 
 def _convert(name: str, kind: Any, text: str, meta: Mapping[str, Any]) -> Any:
     parser = meta.get("parse")
-    shown = "***" if kind is Secret else repr(text)
+    shown = "***" if kind is Secret else repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text):,} chars)"
     try:
         if parser is not None:
             value = parser(text)

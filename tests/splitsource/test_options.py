@@ -46,6 +46,14 @@ def test_invalid_values_name_the_option(key: str, value: str, needle: str) -> No
         parse_options(Opts, {"host": "h", key: value})
 
 
+def test_a_long_bad_value_is_shown_by_its_start_and_length_in_one_line() -> None:
+    with pytest.raises(OptionsError) as info:
+        parse_options(Opts, {"host": "h", "mode": "x" * 100_000})
+    message = str(info.value)
+    assert message.startswith("option 'mode': invalid value 'xxxx") and "... (100,000 chars)" in message
+    assert len(message) < 200 and "\n" not in message
+
+
 def test_missing_required_option() -> None:
     with pytest.raises(OptionsError, match="missing required option.*host"):
         parse_options(Opts, {})

@@ -151,7 +151,9 @@ def _dictionary_pays(array: pa.Array, kind: pa.DataType) -> bool:
         raw = np.frombuffer(array.buffers()[1], dtype=np.uint8)
         raw = raw[array.offset * width:(array.offset + len(array)) * width]
         if width in (1, 2, 4, 8):
-            distinct = len(np.unique(raw.view(f"u{width}")))  # a null's slot counts at most once more
+            # sorted, not np.unique, whose first call imports numpy.ma (16 ms); a null's slot counts at most once more
+            ordered = np.sort(raw.view(f"u{width}"))
+            distinct = 1 + int(np.count_nonzero(ordered[1:] != ordered[:-1]))
         else:
             data = raw.tobytes()
             distinct = len({data[i:i + width] for i in range(0, len(data), width)})
