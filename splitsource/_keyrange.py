@@ -246,10 +246,6 @@ class KeyRangeSource(Source[KeyRange, KeyRangePosition, Page, OptionsT], Generic
         except OptionsError:  # no cursor for this table: a copy reads it whole
             return False
 
-    def _appends(self) -> bool:
-        """Whether runs end at the greatest key when they planned, and a next one starts after it."""
-        return type(self).last_key is not KeyRangeSource.last_key and not self._updates()
-
     def incremental(self) -> Changes:
         """``Changes.APPENDS`` for a source with :meth:`last_key`; refused without it. A source of updates
         (:meth:`last_cursor`) overrides it to return ``Changes.UPSERTS``."""
@@ -343,17 +339,18 @@ class _Enumerator(SplitEnumerator[KeyRange, KeyRangePosition]):
         (kept in its position)."""
         source = self._source
         source.start()
-        guard = source.plan_guard()
+        guard, updates = source.plan_guard(), source._updates()
         if self._fresh:
             self._at = dataclasses.replace(self._at, guard=guard, done=not source.changed())
-            if source._updates():
+            if updates:
                 self._at = _by_cursor(source, self._at)
         elif guard != self._at.guard:
             raise CheckpointError(
                 f"connector {source.name!r}: the source changed since this copy began ({self._at.guard!r}, now "
                 f"{guard!r}), and its ranges cannot move without losing or repeating rows; run the copy again with "
                 "a new checkpoint and output (or --overwrite)")
-        if not self._at.bounded and source._appends():
+        # a source of appends: runs end at the greatest key when they planned, and a next one starts after it
+        if not self._at.bounded and not updates and type(source).last_key is not KeyRangeSource.last_key:
             self._at = dataclasses.replace(self._at, last=source.last_key(), bounded=True)
 
     def instant(self) -> Mapping[str, Any]:
