@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from connectors._uuids import uuid_text
 from splitsource import ValueRangeError
 
 __all__ = ["arrow_type", "column_converter", "exact_protocol_handler", "exact_type", "kind", "select_expression"]
@@ -86,8 +87,8 @@ _RAW_UUID: type | None = None
 
 def _raw_uuid() -> type:
     """A uuid (or timeuuid) decoded as its 16 bytes: the reader turns a page's worth into canonical text at once
-    (:func:`uuid_text_array`), where the driver would build a ``UUID`` object per value and ``str`` would format
-    it (about 1.4 s of CPU per million values here)."""
+    (:func:`~connectors._uuids.uuid_text`), where the driver would build a ``UUID`` object per value and ``str``
+    would format it (about 1.4 s of CPU per million values here)."""
     global _RAW_UUID
     if _RAW_UUID is None:
         from cassandra import cqltypes
@@ -99,22 +100,6 @@ def _raw_uuid() -> type:
 
         _RAW_UUID = _RawUUID
     return _RAW_UUID
-
-
-_HEX = np.frombuffer(b"".join(f"{i:02x}".encode() for i in range(256)), dtype=np.uint8).reshape(256, 2)
-_UUID_HEX_AT = np.array([i for i in range(36) if i not in (8, 13, 18, 23)])
-
-
-def uuid_text_array(values: list[Any]) -> pa.Array:
-    """16-byte uuids (or None) as their canonical 36-character lower-case text, formatted with numpy."""
-    raw = pa.array(values, pa.binary(16))  # a fresh array: offset 0
-    n = len(raw)
-    data = np.frombuffer(raw.buffers()[1], dtype=np.uint8, count=16 * n).reshape(n, 16)
-    text = np.full((n, 36), ord("-"), dtype=np.uint8)
-    text[:, _UUID_HEX_AT] = _HEX[data].reshape(n, 32)
-    offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), n, [raw.buffers()[0], pa.py_buffer(offsets), pa.py_buffer(text)],
-                                 null_count=raw.null_count)
 
 
 def _exact_timestamp() -> type:
@@ -320,7 +305,8 @@ def column_converter(cql_type: Any, name: str, unit: str = "us") -> Callable[[li
             if k == "timestamp":  # epoch milliseconds; checked: a value past Arrow's range fails, naming it
                 return _ms_to_us_array(values, target)
             if k in ("uuid", "timeuuid") and isinstance(next((v for v in values if v is not None), None), bytes):
-                return uuid_text_array(values)  # decoded raw (exact_protocol_handler(raw_uuids=True))
+                # decoded raw (exact_protocol_handler(raw_uuids=True))
+                return uuid_text(pa.array(values, pa.binary(16)))
             if convert is not None:
                 try:
                     values = [convert(v) for v in values]

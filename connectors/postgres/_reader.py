@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from connectors._uuids import uuid_text
 from connectors.postgres._catalog import Column, Table, ident, literal
 from connectors.postgres._options import PostgresOptions
 from connectors.postgres._plan import BLOCK, END, LAST_OFFSET, key_row
@@ -322,7 +323,7 @@ def _values(table: Table, column: Column, page: pa.RecordBatch, values: pa.Array
     """``values`` (a column's, or an array column's items, the ``rows(i)``-th page row holding item ``i``) as the
     column's Arrow type of one value."""
     if column.uuid_bytes:
-        return _uuid_text(values)
+        return uuid_text(values)
     if column.decimal:
         return _decimals(table, column, page, values, rows)
     return values
@@ -361,32 +362,6 @@ def _decimals(table: Table, column: Column, page: pa.RecordBatch, texts: pa.Arra
                                   f"which Arrow's {decimal} cannot hold exactly; add -o text_columns="
                                   f"{column.name} to read it as the server's text", rows(item)) from None
     raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label}: {failure}")
-
-
-_HEX = b"0123456789abcdef"
-# each byte's two hex digits, as one uint16 in memory order: a uuid's 16 bytes take 16 lookups, not 32 scatters
-_HEX_PAIRS = np.frombuffer(bytes(d for i in range(256) for d in (_HEX[i >> 4], _HEX[i & 15])), dtype=np.uint16)
-_UUID_GROUPS = ((0, 8), (9, 13), (14, 18), (19, 23), (24, 36))  # where a uuid's 32 hex digits go, in 5 groups
-
-
-def _uuid_text(array: pa.Array) -> pa.Array:
-    """16-byte uuids (``fixed_size_binary(16)``, or the driver's extension type on it) as PostgreSQL prints them,
-    ``6ba7b810-9dad-11d1-80b4-00c04fd430c8``, with numpy instead of a Python object per value."""
-    if isinstance(array, pa.ExtensionArray):
-        array = array.storage
-    if not len(array):
-        return pa.array([], pa.string())
-    total = array.offset + len(array)
-    raw = np.frombuffer(array.buffers()[1], dtype=np.uint8, count=16 * total).reshape(total, 16)
-    digits = np.take(_HEX_PAIRS, raw).view(np.uint8)
-    text = np.full((total, 36), ord("-"), dtype=np.uint8)
-    at = 0
-    for start, end in _UUID_GROUPS:
-        text[:, start:end] = digits[:, at:at + end - start]
-        at += end - start
-    offsets = np.arange(0, 36 * (total + 1), 36, dtype=np.int32)
-    return pa.StringArray.from_buffers(len(array), pa.py_buffer(offsets), pa.py_buffer(text), array.buffers()[0],
-                                       array.null_count, array.offset)
 
 
 def _key_at(table: Table, page: pa.RecordBatch, row: int) -> tuple[str, ...]:
