@@ -45,7 +45,6 @@ from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 __all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "default_checkpoint"]
 
 
-
 @dataclass(frozen=True)
 class CopySummary:
     """What a finished copy reports."""
@@ -80,22 +79,24 @@ class CopySummary:
     def text(self) -> str:
         if self.run > 1 and self.run_rows == 0 and self.deleted <= 0:
             return (f"run {self.run}: nothing changed since run {self.run - 1} ({_instant(self.since)}): nothing "
-                    f"committed; {self.total_rows:,} rows in {self.output}")
+                    f"committed; {counted(self.total_rows, 'row')} in {self.output}")
         lines = [
-            f"copy finished: {self.total_rows:,} rows in {self.files:,} files ({_size(self.bytes)}), "
-            f"{self.splits} splits",
-            f"this run: {self.rows:,} rows in {self.batches} batches, {self.seconds:.1f} s, {self.rows_per_s:,.0f} "
-            f"rows/s{' (resumed from the checkpoint)' if self.resumed else ''}",
+            f"copy finished: {counted(self.total_rows, 'row')} in {counted(self.files, 'file')} "
+            f"({_size(self.bytes)}), {counted(self.splits, 'split')}",
+            f"this run: {counted(self.rows, 'row')} in {counted(self.batches, 'batch', 'batches')}, "
+            f"{self.seconds:.1f} s, {self.rows_per_s:,.0f} rows/s" + (" (resumed from the checkpoint)" * self.resumed),
         ]
         if self.retries or self.throttled_s or self.events:
             events = ", ".join(f"{kind} {count}" for kind, count in sorted(self.events.items()))
-            lines.append(f"readers: {self.retries} transient errors resumed, {self.throttled_s:.1f} s throttled"
-                         f"{f'; events: {events}' if events else ''}")
+            lines.append(f"readers: {counted(self.retries, 'transient error')} resumed, {self.throttled_s:.1f} s "
+                         f"throttled{f'; events: {events}' if events else ''}")
             lines += [f"  {detail}" for detail in self.event_details[:10]]
         if self.run:
-            kind = f"{self.run_rows:,} rows added" if self.changes == "appends" else \
-                f"{self.run_rows:,} rows added or changed (upserts by key; deletes are not seen)" if self.deleted < 0 \
-                else f"{self.inserted:,} rows inserted, {self.updated:,} updated and {self.deleted:,} deleted (by key)"
+            rows = counted(self.run_rows, "row")
+            kind = f"{rows} added" if self.changes == "appends" else \
+                f"{rows} added or changed (upserts by key; deletes are not seen)" if self.deleted < 0 else \
+                f"{counted(self.inserted, 'row')} inserted, {self.updated:,} updated and {self.deleted:,} deleted " \
+                "(by key)"
             lines.insert(0, f"run {self.run} of an incremental copy, at {_instant(self.instant)}: " + (
                 "a full copy" if self.run == 1 else f"{kind} since run {self.run - 1} ({_instant(self.since)})"))
         if self.unsized:
@@ -103,6 +104,11 @@ class CopySummary:
                          "no size (Split.estimated_size_bytes is 0)")
         lines += [f"output:     {self.output}", f"checkpoint: {self.checkpoint}"]
         return "\n".join(lines)
+
+
+def counted(n: int, one: str, many: str = "") -> str:
+    """``n`` things in a summary's words: ``counted(1, "row")`` is "1 row", ``counted(2000, "row")`` "2,000 rows"."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 def _instant(instant: Mapping[str, Any]) -> str:

@@ -48,6 +48,7 @@ from splitsource.copyjob._digest import (
     source_part,
     source_row,
 )
+from splitsource.copyjob._job import counted
 from splitsource.copyjob._ledger import read_ledger
 from splitsource.copyjob._ownership import read_owner
 from splitsource.copyjob._protocol import copy_writer_id
@@ -155,8 +156,8 @@ class VerifyResult:
 
     def text(self) -> str:
         verdict = "MATCH" if self.match else "MISMATCH"
-        lines = [f"{verdict}: source {self.source.rows:,} rows (checksum {self.source.hex}), output "
-                 f"{self.output.rows:,} rows (checksum {self.output.hex})"]
+        lines = [f"{verdict}: source {counted(self.source.rows, 'row')} (checksum {self.source.hex}), output "
+                 f"{counted(self.output.rows, 'row')} (checksum {self.output.hex})"]
         if self.foreign:
             shown = ", ".join(self.foreign[:_NAMED])
             more = f" and {len(self.foreign) - _NAMED:,} more" if len(self.foreign) > _NAMED else ""

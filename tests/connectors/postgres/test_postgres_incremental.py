@@ -237,7 +237,7 @@ def test_a_spark_run_reads_the_changed_rows_its_plan_hands_it(postgres15: Postgr
         conn.execute(f"INSERT INTO {table_name} (id, name, score) VALUES (3001, 'new', 1)")
         conn.execute(f"DELETE FROM {table_name} WHERE id = 1")
     second = run()
-    assert "1 rows inserted, 31 updated and 1 deleted" in second and ", 1 splits" in second, second
+    assert "1 row inserted, 31 updated and 1 deleted" in second and ", 1 split" in second, second
     assert _run_ids(out, 2) == sorted([7, 3001, *range(100, 3001, 100)])
     assert _newest(out) == _truth(server, table_name)
 
@@ -384,7 +384,7 @@ def test_deleted_rows_leave_the_output_in_their_run(postgres: PostgresServer, ta
         conn.execute(f"INSERT INTO {table_name} (id, name, score) VALUES (100, 'back', 1)")
         conn.execute(f"DELETE FROM {table_name} WHERE id = 3")
     third = _copy(server, table_name, out, *extra)
-    assert "1 rows inserted, 0 updated and 1 deleted (by key) since run 2" in third.stdout, third.stdout
+    assert "1 row inserted, 0 updated and 1 deleted (by key) since run 2" in third.stdout, third.stdout
     with server.connect() as conn:
         conn.execute(f"DELETE FROM {table_name} WHERE id = 4")
     fourth = _copy(server, table_name, out, *extra)

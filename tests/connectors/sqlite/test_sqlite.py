@@ -137,7 +137,7 @@ def test_rows_that_share_the_cursor_value_a_run_ended_at_reach_the_next_run(tmp_
           [])
     second = run(args)
     assert second.returncode == 0 and second.stdout.startswith("run 2 of an incremental copy"), second.stderr
-    assert "1 rows inserted" in second.stdout and "0 deleted" in second.stdout, second.stdout
+    assert "1 row inserted" in second.stdout and "0 deleted" in second.stdout, second.stdout
     assert newest(out) == sorted(truth.values())
     third = run(args)
     assert third.returncode == 0 and third.stdout.startswith("run 3: nothing changed since run 2"), third.stdout

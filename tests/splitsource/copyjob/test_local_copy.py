@@ -51,6 +51,14 @@ def test_local_copy_killed_many_times_ends_exact_and_never_rereads(tmp_path: Pat
     assert len(offsets) == 2, "offsets are pruned down to the last two (a rolled-back commit replays from the first)"
 
 
+def test_the_summary_counts_one_of_a_thing_in_the_singular(tmp_path: Path) -> None:
+    one = ["--connector", "generator", "-o", "rows=1", "-o", "split_rows=1", "-o", "columns=id:bigint"]
+    done = run(["copy", *one, *LOCAL, "--output", str(tmp_path / "out"), "--quiet"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "copy finished: 1 row in 1 file (" in done.stdout and "), 1 split\n" in done.stdout, done.stdout
+    assert "this run: 1 row in 1 batch, " in done.stdout, done.stdout
+
+
 def test_a_killed_worker_fails_the_copy_and_the_rerun_finishes_exact(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = ["copy", *GEN, *LOCAL, "--output", str(out), "--max-splits-per-batch", "4", "--quiet"]
