@@ -37,8 +37,8 @@ import pyarrow as pa
 from connectors.postgres._options import MAX_DECIMAL_PRECISION, decimal_precision
 from splitsource import OptionsError, SplitSourceError
 
-__all__ = ["Column", "PostgresConnectionError", "Table", "describe", "described", "ident", "literal", "server_words",
-           "session_options"]
+__all__ = ["Column", "PostgresConnectionError", "Table", "describe", "described", "ident", "literal", "one_line",
+           "server_words", "session_options"]
 
 # base type name -> Arrow type, for the types read natively
 _NATIVE: dict[str, pa.DataType] = {
@@ -102,11 +102,16 @@ def session_options(lc_monetary: str = "") -> str:
     return options
 
 
+def one_line(exc: BaseException) -> str:
+    """The first line of a driver's message (libpq's carry a DETAIL and a caret line after it)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
 def server_words(exc: BaseException) -> str:
     """What the server said in a driver's error: the first line after libpq's ``ERROR:`` (the driver's and libpq's
     prefixes, the query and the caret line left out), or the error's first line."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    first = lines[0] if lines else type(exc).__name__
+    first = one_line(exc)
     return first.partition("ERROR:")[2].strip() or first
 
 

@@ -20,10 +20,10 @@ import numpy as np
 import pyarrow as pa
 
 from connectors._uuids import uuid_text
-from connectors.postgres._catalog import Column, Table, ident, literal
+from connectors.postgres._catalog import Column, Table, ident, literal, one_line
 from connectors.postgres._options import PostgresOptions
 from connectors.postgres._plan import BLOCK, END, LAST_OFFSET, key_row
-from connectors.postgres._session import Connection, connect, one_line, snapshot_gone
+from connectors.postgres._session import Connection, connect, snapshot_gone
 from splitsource import KeyRange, SplitReadError, ValueRangeError
 
 __all__ = ["ROWS_PER_BLOCK", "Changed", "changed_since", "count_changed", "handed_rows", "key_condition", "page",

@@ -10,10 +10,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.postgres._catalog import PostgresConnectionError, PostgresLoginError, literal, session_options
+from connectors.postgres._catalog import PostgresConnectionError, PostgresLoginError, literal, one_line, session_options
 from connectors.postgres._options import PostgresOptions, conninfo
 
-__all__ = ["Connection", "connect", "driver_error", "login_error", "one_line", "snapshot_gone", "transient"]
+__all__ = ["Connection", "connect", "driver_error", "login_error", "snapshot_gone", "transient"]
 
 # the most bytes of Arrow the driver puts in one batch: above a page's, so a page comes in one batch, used as it is
 BATCH_BYTES = 1 << 30
@@ -70,12 +70,6 @@ def login_error(exc: BaseException, options: PostgresOptions) -> PostgresConnect
             or "pg_hba.conf" in text:
         return PostgresLoginError(f"PostgreSQL: {text}")
     return PostgresConnectionError(f"PostgreSQL: {text}", transient=transient(exc))
-
-
-def one_line(exc: BaseException) -> str:
-    """The first line of a driver's message (libpq's carry a DETAIL and a caret line after it)."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
 
 
 @contextlib.contextmanager
