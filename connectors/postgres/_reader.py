@@ -301,7 +301,7 @@ def _refuse_shapes(table: Table, page: pa.RecordBatch) -> None:
         if check is not None and check.true_count:
             row = check.to_pylist().index(True)
             raise _cannot_hold(table, column, page, row, "an array of more than one dimension, or whose first index "
-                               "is not 1", f"{column.arrow} cannot hold as it is")
+                               "is not 1", column.arrow, " as it is")
 
 
 def _arrays(table: Table, page: pa.RecordBatch) -> list[pa.Array]:
@@ -355,7 +355,7 @@ def _decimals(table: Table, column: Column, page: pa.RecordBatch, texts: pa.Arra
         try:
             pa.array([text], pa.string()).cast(decimal)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            raise _cannot_hold(table, column, page, rows(item), str(text), f"{decimal} cannot hold exactly") from None
+            raise _cannot_hold(table, column, page, rows(item), str(text), decimal, " exactly") from None
     raise ValueRangeError(f"connector 'postgres': column {column.name} of {table.label}: {failure}")
 
 
@@ -386,20 +386,21 @@ def _refuse_beyond_arrow(table: Table, arrays: list[pa.Array], page: pa.RecordBa
                                  count=end)[start:].astype(bool)
         if not hit.any():
             continue
-        raise _cannot_hold(table, column, page, rows(int(np.argmax(hit))), what, f"{column.arrow} cannot hold")
+        raise _cannot_hold(table, column, page, rows(int(np.argmax(hit))), what, column.arrow)
 
 
-def _cannot_hold(table: Table, column: Column, page: pa.RecordBatch, row: int, value: str,
-                 arrow: str) -> ValueRangeError:
-    """The one-line refusal of ``value``, in the page's ``row`` of ``column``, that Arrow cannot hold (``arrow``:
-    "date32[day] cannot hold"): it names the column, the value, the row's key where the page has it (`` (row
-    id=1)``), and the option that reads the column as the server's text."""
+def _cannot_hold(table: Table, column: Column, page: pa.RecordBatch, row: int, value: str, arrow: pa.DataType,
+                 how: str = "") -> ValueRangeError:
+    """The one-line refusal of ``value``, in the page's ``row`` of ``column``, that Arrow's ``arrow`` cannot hold
+    (``how``: " exactly"): it names the column, the value, the row's key where the page has it (`` (row id=1)``),
+    and the option that reads the column as the server's text."""
     key = ""
     if table.key and all(name in page.schema.names for name in table.key_names):
         key = " (row " + ", ".join(f"{c.name}={text}" for c, text in
                                    zip(table.key, _key_at(table, page, row), strict=True)) + ")"
     return ValueRangeError(f"connector 'postgres': column {column.name} of {table.label} holds {value}{key}, which "
-                           f"Arrow's {arrow}; add -o text_columns={column.name} to read it as the server's text", row)
+                           f"Arrow's {arrow} cannot hold{how}; add -o text_columns={column.name} to read it as the "
+                           "server's text", row)
 
 
 def changed_since(relation: str, xmin: int) -> str:

@@ -42,7 +42,7 @@ from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
-__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "default_checkpoint"]
+__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "counted", "default_checkpoint"]
 
 
 @dataclass(frozen=True)
