@@ -38,11 +38,12 @@ from splitsource.copyjob._ownership import (
     undo_unstarted,
 )
 from splitsource.copyjob._protocol import CopyRun, Engine, EngineResult, copy_writer_id, run_query_id
+from splitsource.copyjob._words import counted, size
 from splitsource.sink._committer import BucketingGlobalCommitter
 from splitsource.sink._files import join
 from splitsource.sink._options import BucketingSinkOptions, parse_sink_options
 
-__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "counted", "default_checkpoint"]
+__all__ = ["Copy", "CopySettings", "CopySummary", "Progress", "default_checkpoint"]
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,10 @@ class CopySummary:
                     f"committed; {counted(self.total_rows, 'row')} in {self.output}")
         lines = [
             f"copy finished: {counted(self.total_rows, 'row')} in {counted(self.files, 'file')} "
-            f"({_size(self.bytes)}), {counted(self.splits, 'split')}",
+            f"({size(self.bytes)}), {counted(self.splits, 'split')}",
             f"this run: {counted(self.rows, 'row')} in {counted(self.batches, 'batch', 'batches')}, "
-            f"{self.seconds:.1f} s, {self.rows_per_s:,.0f} rows/s" + (" (resumed from the checkpoint)" * self.resumed),
+            f"{self.seconds:.1f} s, {self.rows_per_s:,.0f} rows/s"
+            f"{' (resumed from the checkpoint)' if self.resumed else ''}",
         ]
         if self.retries or self.throttled_s or self.events:
             events = ", ".join(f"{kind} {count}" for kind, count in sorted(self.events.items()))
@@ -106,21 +108,8 @@ class CopySummary:
         return "\n".join(lines)
 
 
-def counted(n: int, one: str, many: str = "") -> str:
-    """``n`` things in a summary's words: ``counted(1, "row")`` is "1 row", ``counted(2000, "row")`` "2,000 rows"."""
-    return f"{n:,} {one if n == 1 else many or one + 's'}"
-
-
 def _instant(instant: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in instant.items()) or "?"
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 class Progress:

@@ -48,10 +48,10 @@ from splitsource.copyjob._digest import (
     source_part,
     source_row,
 )
-from splitsource.copyjob._job import counted
 from splitsource.copyjob._ledger import read_ledger
 from splitsource.copyjob._ownership import read_owner
 from splitsource.copyjob._protocol import copy_writer_id
+from splitsource.copyjob._words import counted
 from splitsource.runtime._source_reader import ReaderMetrics, SourceReader
 from splitsource.sink._committer import BucketingGlobalCommitter, metadata_location
 from splitsource.sink._files import PartNames, join, writer_of
